@@ -1,0 +1,102 @@
+"""The FastAPI application, assembled from parts built once at start-up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from . import __version__, health, ingest
+from .auth import Authenticator
+from .errors import EttError
+from .http_metrics import HttpMetrics
+from .settings import Settings
+from .wire_schema import openapi_components
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppContext:
+    """Everything the routes need, built by the CLI (or a test) and passed down."""
+
+    settings: Settings
+    engine: Any  # sqlalchemy Engine
+    auth: Authenticator
+    clock: Callable[[], datetime] = ingest.utc_now
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    extra_routers: list[Any] = field(default_factory=list)
+
+
+def create_app(ctx: AppContext) -> FastAPI:
+    # `_created` series double the exposition and no dashboard or rule reads them.
+    disable_created_metrics()
+    app = FastAPI(
+        title="ETT telemetry",
+        version=__version__,
+        description="Effective Training Time telemetry: ingest, results and metrics.",
+    )
+    metrics = HttpMetrics(ctx.registry)
+    app.state.ctx = ctx
+    app.state.http_metrics = metrics
+    app.middleware("http")(metrics.middleware)
+
+    @app.exception_handler(EttError)
+    async def _ett_error(_request: Request, exc: EttError) -> JSONResponse:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
+                            headers=exc.headers)
+
+    s = ctx.settings
+    limits = ingest.IngestLimits(
+        max_body_bytes=s.max_body_bytes,
+        max_batch_events=s.max_batch_events,
+        max_future_s=s.max_future_skew_s,
+        max_age_s=s.max_event_age_days * 86400,
+    )
+    app.include_router(
+        ingest.build_router(
+            ctx.engine,
+            ctx.auth,
+            limits,
+            ctx.clock,
+            on_outcome=lambda o: metrics.count_batch(o.accepted, o.duplicates, len(o.rejected)),
+        )
+    )
+    app.include_router(health.build_router(ctx.engine))
+    for router in ctx.extra_routers:
+        app.include_router(router)
+
+    @app.get("/metrics", summary="Prometheus exposition", include_in_schema=True)
+    async def metrics_endpoint(request: Request) -> Response:
+        if s.metrics_auth:
+            ctx.auth.authenticate(request.headers.get("authorization"))
+        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+    original_openapi = app.openapi
+
+    def _openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original_openapi()
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(
+                openapi_components()
+            )
+            schema["components"]["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer"}
+            }
+            schema["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = _openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,121 @@
+"""Engine creation and the embedded PostgreSQL used when no database URL is configured."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DB_NAME = "ett"
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain postgresql:// URLs and pin the psycopg 3 driver."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername != "postgresql+psycopg":
+        raise ValueError(
+            f"database URL must be postgresql:// or postgresql+psycopg://, got {parsed.drivername}"
+        )
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 8,
+    pool_timeout_s: float = 5.0,
+    statement_timeout_ms: int = 30_000,
+    connect_timeout_s: int = 5,
+) -> Engine:
+    engine = create_engine(
+        normalize_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_timeout=pool_timeout_s,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": connect_timeout_s},
+    )
+    if statement_timeout_ms:
+
+        @event.listens_for(engine, "connect")
+        def _set_timeouts(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            with dbapi_conn.cursor() as cur:
+                cur.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
+            dbapi_conn.commit()
+
+    return engine
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A real PostgreSQL 16 (from the pgserver wheel) living in `data_dir/pg`.
+
+    pgserver starts an initdb'd cluster on a Unix socket in about a second as any user,
+    including root, which is what a laptop or a CI box without a server needs.
+    """
+
+    data_dir: Path
+    _server: object | None = None
+
+    def start(self) -> str:
+        import pgserver  # imported here: only the embedded mode needs it
+
+        pgdata = (self.data_dir / "pg").resolve()
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        # "stop" shuts the server down when the last process using it exits.
+        self._server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        base = make_url(self._server.get_uri())  # type: ignore[attr-defined]
+        admin = base.set(drivername="postgresql+psycopg")
+        eng = create_engine(admin, isolation_level="AUTOCOMMIT")
+        try:
+            with eng.connect() as conn:
+                exists = conn.execute(
+                    text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": EMBEDDED_DB_NAME}
+                ).scalar()
+                if not exists:
+                    conn.execute(text(f'CREATE DATABASE "{EMBEDDED_DB_NAME}"'))
+        finally:
+            eng.dispose()
+        url = admin.set(database=EMBEDDED_DB_NAME)
+        return url.render_as_string(hide_password=False)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()  # type: ignore[attr-defined]
+            self._server = None
+
+
+def load_or_create_admin_token(data_dir: Path) -> tuple[str, bool]:
+    """The embedded mode's admin token: generated once, kept in the data directory (0600)."""
+    path = data_dir / "admin-token"
+    if path.exists():
+        return path.read_text().strip(), False
+    data_dir.mkdir(parents=True, exist_ok=True)
+    token = "ett_admin_" + secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return token, True
+
+
+def display_url(url: str) -> str:
+    parsed = make_url(url)
+    return parsed.render_as_string(hide_password=True) if parsed.password else str(parsed)
+
+
+__all__ = [
+    "EmbeddedPostgres",
+    "display_url",
+    "load_or_create_admin_token",
+    "make_engine",
+    "normalize_url",
+]

@@ -1,0 +1,58 @@
+"""`ett serve`: one process with the API, the aggregator loop and /metrics."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import uvicorn
+
+from . import migrate
+from .app import AppContext, create_app
+from .auth import Authenticator
+from .runtime import open_database
+from .settings import Settings
+
+log = logging.getLogger("ett.serve")
+
+
+def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: bool) -> int:
+    with open_database(settings) as db:
+        migrate.upgrade(db.engine)
+        if db.admin_token is None:
+            log.warning("no ETT_ADMIN_TOKEN set: only tokens from the token store can be used")
+        ctx = AppContext(settings=settings, engine=db.engine, auth=Authenticator(db.admin_token))
+        from . import serve_parts
+
+        stop = threading.Event()
+        background = serve_parts.start_background(ctx, aggregator=aggregator, stop=stop)
+        app = create_app(ctx)
+        config = uvicorn.Config(app, host=host, port=port, log_level=settings.log_level.lower(),
+                                access_log=False, timeout_graceful_shutdown=10)
+        server = uvicorn.Server(config)
+        base = f"http://{host}:{port}"
+        print(f"ETT telemetry listening on {base}", flush=True)
+        print(f"  data: {db.describe()}" + (f" (in {settings.data_dir.resolve()})"
+                                              if db.embedded else ""), flush=True)
+        if db.embedded and db.admin_token:
+            origin = "generated" if db.admin_token_generated else "stored"
+            print(f"  admin token ({origin}, in {settings.data_dir / 'admin-token'}): "
+                  f"{db.admin_token}", flush=True)
+        print(f"  aggregator: {'on' if aggregator else 'off (API-only replica)'}", flush=True)
+        if demo:
+            serve_parts.start_demo(base, db.admin_token, stop)
+        # uvicorn re-raises the signal that stopped it once it has drained; turning SIGTERM
+        # into SystemExit lets the `finally` blocks stop the aggregator and the embedded DB.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            server.run()
+        finally:
+            stop.set()
+            for thread in background:
+                thread.join(timeout=15)
+    return 0
+
+
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)

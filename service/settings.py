@@ -1,0 +1,43 @@
+"""Settings from the environment (prefix ETT_), built once at start-up and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ETT_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql:// or postgresql+psycopg:// URL; unset: embedded PostgreSQL",
+    )
+    data_dir: Path = Field(default=Path(".ett-data"), description="embedded database and token")
+    admin_token: SecretStr | None = None
+    taxonomy: Path | None = Field(default=None, description="taxonomy YAML; unset: SPEC table")
+    heartbeat_timeout_s: float = Field(default=600.0, gt=0)
+
+    aggregate_interval_s: float = Field(default=30.0, gt=0)
+    aggregate_batch_jobs: int = Field(default=200, ge=1)
+
+    max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    max_batch_events: int = Field(default=5000, ge=1)
+    max_future_skew_s: float = Field(default=300.0, ge=0)
+    max_event_age_days: float = Field(
+        default=400.0, gt=0, description="events older than this are rejected (retention horizon)"
+    )
+
+    db_pool_size: int = Field(default=8, ge=1)
+    db_pool_timeout_s: float = Field(default=5.0, gt=0)
+    db_statement_timeout_ms: int = Field(default=30_000, ge=0)
+
+    log_level: str = "info"
+    metrics_auth: bool = Field(
+        default=False, description="require a token on /metrics, /healthz and /readyz"
+    )
+
+    def admin_token_value(self) -> str | None:
+        return self.admin_token.get_secret_value() if self.admin_token else None

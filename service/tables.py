@@ -1,0 +1,145 @@
+"""The schema as SQLAlchemy Core tables.
+
+Alembic migrations are the only thing that creates it; this metadata exists so queries are
+typed and so `alembic check` can prove the migrations and the code agree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+TS = DateTime(timezone=True)
+
+events = Table(
+    "events",
+    metadata,
+    Column("event_id", Uuid(as_uuid=False), primary_key=True),
+    Column("ts", TS, nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("phase", Text),
+    Column("gpus", Integer),
+    Column("team", Text),
+    Column("rank", Integer),
+    Column("attrs", JSONB),
+    # Unknown top-level fields, kept verbatim so a newer client loses nothing.
+    Column("extra", JSONB),
+    Column("received_at", TS, nullable=False, server_default=text("now()")),
+    Index("ix_events_job_id_ts", "job_id", "ts"),
+    Index("ix_events_received_at", "received_at", postgresql_using="brin"),
+)
+
+# A work queue rather than a received_at watermark: a watermark misses rows whose
+# transaction committed after the watermark moved past their received_at.
+dirty_jobs = Table(
+    "dirty_jobs",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=True),
+    Column("job_id", Text, nullable=False),
+    Column("marked_at", TS, nullable=False, server_default=text("now()")),
+    Index("ix_dirty_jobs_job_id", "job_id"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job_id", Text, primary_key=True),
+    Column("model", Text, nullable=False),
+    Column("team", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("first_at", TS, nullable=False),
+    Column("last_at", TS, nullable=False),
+    Column("open", Boolean, nullable=False),
+    Column("held_gpu_seconds", Double, nullable=False),
+    Column("effective_gpu_seconds", Double, nullable=False),
+    Column("at_risk_gpu_seconds", Double, nullable=False),
+    Column("nof", Integer, nullable=False),
+    Column("result", JSONB, nullable=False),
+    Column("computed_at", TS, nullable=False),
+    Index("ix_jobs_model_last_at", "model", "last_at"),
+    Index("ix_jobs_team_last_at", "team", "last_at"),
+    Index("ix_jobs_open", "open", postgresql_where=text("open")),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("job_id", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("allocated_at", TS, nullable=False),
+    Column("released_at", TS),
+    Column("gpus", Integer, nullable=False),
+    Column("end_cause", Text, nullable=False),
+    Column("held_seconds", Double, nullable=False),
+    Column("startup_seconds", Double, nullable=False),
+    PrimaryKeyConstraint("job_id", "attempt"),
+)
+
+segments = Table(
+    "segments",
+    metadata,
+    Column("job_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("start_at", TS, nullable=False),
+    Column("end_at", TS, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("team", Text, nullable=False),
+    Column("component", Text, nullable=False),
+    Column("phase", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("settled", Boolean, nullable=False),
+    PrimaryKeyConstraint("job_id", "seq"),
+    Index("ix_segments_end_at", "end_at"),
+)
+
+rollup_hourly = Table(
+    "rollup_hourly",
+    metadata,
+    Column("job_id", Text, nullable=False),
+    Column("hour", TS, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("team", Text, nullable=False),
+    Column("component", Text, nullable=False),
+    Column("phase", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("settled_gpu_seconds", Double, nullable=False),
+    Column("unsettled_gpu_seconds", Double, nullable=False),
+    PrimaryKeyConstraint("job_id", "hour", "component", "phase", "owner"),
+    Index("ix_rollup_hourly_hour_model", "hour", "model"),
+)
+
+# Key/value state shared by aggregators (last pass, exported counter high-water marks).
+aggregator_state = Table(
+    "aggregator_state",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", JSONB, nullable=False),
+    Column("updated_at", TS, nullable=False, server_default=text("now()")),
+)

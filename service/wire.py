@@ -1,0 +1,184 @@
+"""Validation of the v1 wire contract (SPEC section 5), one event at a time.
+
+Hand-written rather than a pydantic model per event: ingest validates up to 5000 events
+per request, and every error must name the field the way a client author reads it.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+EVENT_TYPES = frozenset(
+    {"allocated", "released", "phase_start", "phase_end", "checkpoint", "failure", "heartbeat"}
+)
+FAILURE_CAUSES = ("infra", "user", "preemption")
+RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
+KNOWN_FIELDS = frozenset(
+    {
+        "event_id",
+        "ts",
+        "job_id",
+        "attempt",
+        "model",
+        "type",
+        "phase",
+        "gpus",
+        "team",
+        "rank",
+        "attrs",
+    }
+)
+NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
+MAX_ATTRS_BYTES = 8 * 1024
+MAX_INT32 = 2**31 - 1
+
+
+class WireError(ValueError):
+    """One event broke the contract; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class WireEvent:
+    """An event that passed validation, normalised for storage."""
+
+    event_id: str
+    ts: datetime
+    job_id: str
+    attempt: int
+    model: str
+    type: str
+    phase: str | None
+    gpus: int | None
+    team: str | None
+    rank: int | None
+    attrs: dict[str, Any] | None
+    extra: dict[str, Any] | None
+
+
+def parse_rfc3339(value: Any, field: str) -> datetime:
+    if not isinstance(value, str):
+        raise WireError(f"{field}: must be an RFC 3339 timestamp string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise WireError(f"{field}: {value[:64]!r} is not an RFC 3339 timestamp") from None
+    if parsed.tzinfo is None:
+        raise WireError(f"{field}: timestamp needs a UTC offset (for example 'Z' or '+00:00')")
+    if "T" not in value and "t" not in value and " " not in value:
+        raise WireError(f"{field}: timestamp needs a time of day, not only a date")
+    return parsed.astimezone(UTC)
+
+
+def _int(value: Any, field: str, minimum: int) -> int:
+    # bool is an int subclass; `true` is never a valid count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError(f"{field}: must be an integer")
+    if value < minimum:
+        raise WireError(f"{field}: must be >= {minimum}, got {value}")
+    if value > MAX_INT32:
+        raise WireError(f"{field}: must be <= {MAX_INT32}, got {value}")
+    return value
+
+
+def _name(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise WireError(f"{field}: must be a string")
+    if not NAME_RE.fullmatch(value):
+        raise WireError(
+            f"{field}: must be 1-200 characters of letters, digits and . _ : / -,"
+            f" got {value[:64]!r}"
+        )
+    return value
+
+
+def _attrs(value: Any, etype: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WireError("attrs: must be a JSON object")
+    if len(orjson.dumps(value)) > MAX_ATTRS_BYTES:
+        raise WireError(f"attrs: larger than {MAX_ATTRS_BYTES} bytes")
+    if etype == "failure" and "cause" in value and value["cause"] not in FAILURE_CAUSES:
+        raise WireError(f"attrs.cause: must be one of {', '.join(FAILURE_CAUSES)}")
+    if etype == "released" and "reason" in value and value["reason"] not in RELEASE_REASONS:
+        raise WireError(f"attrs.reason: must be one of {', '.join(RELEASE_REASONS)}")
+    if etype == "checkpoint":
+        snap = value.get("snapshot_ts")
+        if snap is not None and not (isinstance(snap, int | float) and not isinstance(snap, bool)):
+            parse_rfc3339(snap, "attrs.snapshot_ts")
+        step = value.get("step")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise WireError("attrs.step: must be a non-negative integer")
+    if (
+        etype == "phase_start"
+        and "background" in value
+        and not isinstance(value["background"], bool)
+    ):
+        raise WireError("attrs.background: must be true or false")
+    return value
+
+
+def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: float) -> WireEvent:
+    """Return the normalised event or raise WireError naming the offending field."""
+    if not isinstance(obj, dict):
+        raise WireError("event: must be a JSON object")
+    for required in ("event_id", "ts", "job_id", "attempt", "model", "type"):
+        if required not in obj:
+            raise WireError(f"{required}: is required")
+    raw_id = obj["event_id"]
+    if not isinstance(raw_id, str):
+        raise WireError("event_id: must be a UUID string")
+    try:
+        event_id = str(uuid.UUID(raw_id))
+    except ValueError:
+        raise WireError(f"event_id: {raw_id[:64]!r} is not a UUID") from None
+    ts = parse_rfc3339(obj["ts"], "ts")
+    skew = (ts - now).total_seconds()
+    if skew > max_future_s:
+        raise WireError(
+            f"ts: {obj['ts']} is {skew:.0f} s ahead of the server clock"
+            f" (limit {max_future_s:.0f} s)"
+        )
+    if -skew > max_age_s:
+        raise WireError(
+            f"ts: {obj['ts']} is older than the retention horizon of {max_age_s / 86400:.0f} days"
+        )
+    job_id = _name(obj["job_id"], "job_id")
+    attempt = _int(obj["attempt"], "attempt", 0)
+    model = _name(obj["model"], "model")
+    etype = obj["type"]
+    if etype not in EVENT_TYPES:
+        raise WireError(
+            f"type: must be one of {', '.join(sorted(EVENT_TYPES))}, got {etype!r}"[:300]
+        )
+    phase = obj.get("phase")
+    if etype in ("phase_start", "phase_end"):
+        if phase is None:
+            raise WireError(f"phase: is required for {etype}")
+        phase = _name(phase, "phase")
+    elif phase is not None:
+        phase = _name(phase, "phase")
+    gpus = obj.get("gpus")
+    if etype == "allocated" and gpus is None:
+        raise WireError("gpus: is required for allocated")
+    if gpus is not None:
+        gpus = _int(gpus, "gpus", 1)
+    team = obj.get("team")
+    if team is not None:
+        team = _name(team, "team")
+    rank = obj.get("rank")
+    if rank is not None:
+        rank = _int(rank, "rank", 0)
+    attrs = _attrs(obj.get("attrs"), etype)
+    extra = {k: v for k, v in obj.items() if k not in KNOWN_FIELDS} or None
+    if extra is not None and len(orjson.dumps(extra)) > MAX_ATTRS_BYTES:
+        raise WireError(f"{next(iter(extra))}: unknown fields larger than {MAX_ATTRS_BYTES} bytes")
+    return WireEvent(
+        event_id, ts, job_id, attempt, model, etype, phase, gpus, team, rank, attrs, extra
+    )

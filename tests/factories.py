@@ -1,0 +1,58 @@
+"""Builders for wire events used across tests."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+BASE = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def ts(minutes: float, base: datetime = BASE) -> str:
+    return (base + timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")
+
+
+def event(type_: str, minutes: float, *, job_id: str = "job-1", attempt: int = 0,
+          model: str = "model-a", base: datetime = BASE, **fields: Any) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "event_id": str(uuid.uuid4()),
+        "ts": ts(minutes, base),
+        "job_id": job_id,
+        "attempt": attempt,
+        "model": model,
+        "type": type_,
+    }
+    ev.update(fields)
+    return ev
+
+
+def spec_example(job_id: str = "job-1", model: str = "model-a",
+                 base: datetime = BASE) -> list[dict[str, Any]]:
+    """SPEC section 6: the 8-GPU job with one infra failure (ETT 56.25%)."""
+    e = lambda t, m, **kw: event(t, m, job_id=job_id, model=model, base=base, **kw)  # noqa: E731
+    return [
+        e("allocated", 0, gpus=8, team="ads"),
+        e("phase_start", 0, phase="scheduling"), e("phase_end", 2, phase="scheduling"),
+        e("phase_start", 2, phase="launcher_init"), e("phase_end", 10, phase="launcher_init"),
+        e("phase_start", 10, phase="compilation"), e("phase_end", 20, phase="compilation"),
+        e("phase_start", 20, phase="training"),
+        e("phase_start", 50, phase="checkpoint_save"), e("phase_end", 51, phase="checkpoint_save"),
+        e("checkpoint", 52, attrs={"snapshot_ts": ts(50, base), "step": 3000}),
+        e("failure", 80, attrs={"cause": "infra", "reason": "xid 79"}),
+        e("released", 82, attrs={"reason": "failed"}),
+        e("allocated", 85, attempt=1, gpus=8),
+        e("phase_start", 85, attempt=1, phase="launcher_init"),
+        e("phase_start", 90, attempt=1, phase="checkpoint_load"),
+        e("phase_end", 93, attempt=1, phase="checkpoint_load"),
+        e("phase_end", 93, attempt=1, phase="launcher_init"),
+        e("phase_start", 93, attempt=1, phase="compilation"),
+        e("phase_end", 98, attempt=1, phase="compilation"),
+        e("phase_start", 98, attempt=1, phase="training"),
+        e("phase_end", 158, attempt=1, phase="training"),
+        e("phase_start", 158, attempt=1, phase="final_checkpoint"),
+        e("phase_end", 160, attempt=1, phase="final_checkpoint"),
+        e("phase_start", 160, attempt=1, phase="model_publish"),
+        e("phase_end", 163, attempt=1, phase="model_publish"),
+        e("released", 163, attempt=1, attrs={"reason": "completed"}),
+    ]
