@@ -17,7 +17,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from . import __version__, health, ingest
+from . import __version__, admin_api, health, ingest, read_api
+from .aggregate import Aggregator
 from .auth import Authenticator
 from .errors import EttError
 from .http_metrics import HttpMetrics
@@ -35,6 +36,7 @@ class AppContext:
     engine: Any  # sqlalchemy Engine
     auth: Authenticator
     clock: Callable[[], datetime] = ingest.utc_now
+    aggregator: Aggregator | None = None
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     extra_routers: list[Any] = field(default_factory=list)
 
@@ -74,6 +76,9 @@ def create_app(ctx: AppContext) -> FastAPI:
         )
     )
     app.include_router(health.build_router(ctx.engine))
+    app.include_router(read_api.build_router(ctx.engine, ctx.auth, ctx.clock))
+    if ctx.aggregator is not None:
+        app.include_router(admin_api.build_router(ctx.aggregator, ctx.auth))
     for router in ctx.extra_routers:
         app.include_router(router)
 

@@ -6,5 +6,6 @@ from types import ModuleType
 
 
 def modules() -> list[ModuleType]:
-    found: list[ModuleType] = []
-    return found
+    from . import cli_aggregate, cli_alerts, demo
+
+    return [cli_aggregate, cli_alerts, demo]

@@ -13,6 +13,7 @@ from .app import AppContext, create_app
 from .auth import Authenticator
 from .runtime import open_database
 from .settings import Settings
+from .wiring import build_aggregator
 
 log = logging.getLogger("ett.serve")
 
@@ -22,8 +23,18 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         migrate.upgrade(db.engine)
         if db.admin_token is None:
             log.warning("no ETT_ADMIN_TOKEN set: only tokens from the token store can be used")
-        ctx = AppContext(settings=settings, engine=db.engine, auth=Authenticator(db.admin_token))
+        ctx = AppContext(
+            settings=settings,
+            engine=db.engine,
+            auth=Authenticator(db.admin_token),
+            aggregator=build_aggregator(settings, db.engine),
+        )
         from . import serve_parts
+
+        if aggregator and ctx.aggregator is not None:
+            from .metrics import register_aggregator_metrics
+
+            register_aggregator_metrics(ctx.registry, ctx.aggregator, db.engine)
 
         stop = threading.Event()
         background = serve_parts.start_background(ctx, aggregator=aggregator, stop=stop)

@@ -21,7 +21,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData(
     naming_convention={
@@ -79,6 +79,11 @@ jobs = Table(
     Column("effective_gpu_seconds", Double, nullable=False),
     Column("at_risk_gpu_seconds", Double, nullable=False),
     Column("nof", Integer, nullable=False),
+    # Level-1 figures the metrics exporter turns into histograms and failure counters.
+    Column("tts_seconds", Double),  # null until attempt 0 trains or ends
+    Column("ttr_seconds", ARRAY(Double), nullable=False),
+    Column("ttr_causes", ARRAY(Text), nullable=False),
+    Column("unknown_phase_events", Integer, nullable=False),
     Column("result", JSONB, nullable=False),
     Column("computed_at", TS, nullable=False),
     Index("ix_jobs_model_last_at", "model", "last_at"),
@@ -100,11 +105,14 @@ attempts = Table(
     PrimaryKeyConstraint("job_id", "attempt"),
 )
 
+# The engine's segments, clipped at hour boundaries so that a window edge reads one hour
+# of one index instead of every segment that ends after it.
 segments = Table(
     "segments",
     metadata,
     Column("job_id", Text, nullable=False),
     Column("seq", Integer, nullable=False),
+    Column("hour", TS, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("start_at", TS, nullable=False),
     Column("end_at", TS, nullable=False),
@@ -116,9 +124,11 @@ segments = Table(
     Column("owner", Text, nullable=False),
     Column("settled", Boolean, nullable=False),
     PrimaryKeyConstraint("job_id", "seq"),
-    Index("ix_segments_end_at", "end_at"),
+    Index("ix_segments_hour_model", "hour", "model"),
 )
 
+# GPU-microseconds (integers: sums stay exact however often they are revised).
+# Per job, so that replacing a job's results knows exactly what it contributed before.
 rollup_hourly = Table(
     "rollup_hourly",
     metadata,
@@ -129,10 +139,38 @@ rollup_hourly = Table(
     Column("component", Text, nullable=False),
     Column("phase", Text, nullable=False),
     Column("owner", Text, nullable=False),
-    Column("settled_gpu_seconds", Double, nullable=False),
-    Column("unsettled_gpu_seconds", Double, nullable=False),
+    Column("settled_gpu_us", BigInteger, nullable=False),
+    Column("unsettled_gpu_us", BigInteger, nullable=False),
     PrimaryKeyConstraint("job_id", "hour", "component", "phase", "owner"),
-    Index("ix_rollup_hourly_hour_model", "hour", "model"),
+)
+
+# The same figures summed over jobs, maintained by deltas as jobs are replaced: what
+# fleet, model and team windows read, so a 28-day query does not touch every job.
+fleet_hourly = Table(
+    "fleet_hourly",
+    metadata,
+    Column("hour", TS, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("team", Text, nullable=False),
+    Column("component", Text, nullable=False),
+    Column("phase", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("settled_gpu_us", BigInteger, nullable=False),
+    Column("unsettled_gpu_us", BigInteger, nullable=False),
+    PrimaryKeyConstraint("hour", "model", "team", "component", "phase", "owner"),
+    Index("ix_fleet_hourly_model_hour", "model", "hour"),
+)
+
+# All-time settled GPU-microseconds per label set: the source of the exported counters.
+settled_totals = Table(
+    "settled_totals",
+    metadata,
+    Column("model", Text, nullable=False),
+    Column("team", Text, nullable=False),
+    Column("component", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("settled_gpu_us", BigInteger, nullable=False),
+    PrimaryKeyConstraint("model", "team", "component", "owner"),
 )
 
 # Key/value state shared by aggregators (last pass, exported counter high-water marks).

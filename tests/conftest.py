@@ -182,11 +182,14 @@ def app_context(db_engine: Engine) -> object:
     from service.app import AppContext
     from service.auth import Authenticator
     from service.settings import Settings
+    from service.wiring import build_aggregator
 
+    settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
     return AppContext(
-        settings=Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN),
+        settings=settings,
         engine=db_engine,
         auth=Authenticator(ADMIN_TOKEN),
+        aggregator=build_aggregator(settings, db_engine),
     )
 
 

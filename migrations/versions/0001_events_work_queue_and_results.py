@@ -79,6 +79,21 @@ def upgrade() -> None:
         "ix_events_received_at", "events", ["received_at"], unique=False, postgresql_using="brin"
     )
     op.create_table(
+        "fleet_hourly",
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("model", sa.Text(), nullable=False),
+        sa.Column("team", sa.Text(), nullable=False),
+        sa.Column("component", sa.Text(), nullable=False),
+        sa.Column("phase", sa.Text(), nullable=False),
+        sa.Column("owner", sa.Text(), nullable=False),
+        sa.Column("settled_gpu_us", sa.BigInteger(), nullable=False),
+        sa.Column("unsettled_gpu_us", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "hour", "model", "team", "component", "phase", "owner", name=op.f("pk_fleet_hourly")
+        ),
+    )
+    op.create_index("ix_fleet_hourly_model_hour", "fleet_hourly", ["model", "hour"], unique=False)
+    op.create_table(
         "jobs",
         sa.Column("job_id", sa.Text(), nullable=False),
         sa.Column("model", sa.Text(), nullable=False),
@@ -91,6 +106,10 @@ def upgrade() -> None:
         sa.Column("effective_gpu_seconds", sa.Double(), nullable=False),
         sa.Column("at_risk_gpu_seconds", sa.Double(), nullable=False),
         sa.Column("nof", sa.Integer(), nullable=False),
+        sa.Column("tts_seconds", sa.Double(), nullable=True),
+        sa.Column("ttr_seconds", postgresql.ARRAY(sa.Double()), nullable=False),
+        sa.Column("ttr_causes", postgresql.ARRAY(sa.Text()), nullable=False),
+        sa.Column("unknown_phase_events", sa.Integer(), nullable=False),
         sa.Column("result", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("computed_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("job_id", name=op.f("pk_jobs")),
@@ -109,17 +128,17 @@ def upgrade() -> None:
         sa.Column("component", sa.Text(), nullable=False),
         sa.Column("phase", sa.Text(), nullable=False),
         sa.Column("owner", sa.Text(), nullable=False),
-        sa.Column("settled_gpu_seconds", sa.Double(), nullable=False),
-        sa.Column("unsettled_gpu_seconds", sa.Double(), nullable=False),
+        sa.Column("settled_gpu_us", sa.BigInteger(), nullable=False),
+        sa.Column("unsettled_gpu_us", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint(
             "job_id", "hour", "component", "phase", "owner", name=op.f("pk_rollup_hourly")
         ),
     )
-    op.create_index("ix_rollup_hourly_hour_model", "rollup_hourly", ["hour", "model"], unique=False)
     op.create_table(
         "segments",
         sa.Column("job_id", sa.Text(), nullable=False),
         sa.Column("seq", sa.Integer(), nullable=False),
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("start_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("end_at", sa.DateTime(timezone=True), nullable=False),
@@ -132,18 +151,31 @@ def upgrade() -> None:
         sa.Column("settled", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("job_id", "seq", name=op.f("pk_segments")),
     )
-    op.create_index("ix_segments_end_at", "segments", ["end_at"], unique=False)
+    op.create_index("ix_segments_hour_model", "segments", ["hour", "model"], unique=False)
+    op.create_table(
+        "settled_totals",
+        sa.Column("model", sa.Text(), nullable=False),
+        sa.Column("team", sa.Text(), nullable=False),
+        sa.Column("component", sa.Text(), nullable=False),
+        sa.Column("owner", sa.Text(), nullable=False),
+        sa.Column("settled_gpu_us", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "model", "team", "component", "owner", name=op.f("pk_settled_totals")
+        ),
+    )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_segments_end_at", table_name="segments")
+    op.drop_table("settled_totals")
+    op.drop_index("ix_segments_hour_model", table_name="segments")
     op.drop_table("segments")
-    op.drop_index("ix_rollup_hourly_hour_model", table_name="rollup_hourly")
     op.drop_table("rollup_hourly")
     op.drop_index("ix_jobs_team_last_at", table_name="jobs")
     op.drop_index("ix_jobs_open", table_name="jobs", postgresql_where=sa.text("open"))
     op.drop_index("ix_jobs_model_last_at", table_name="jobs")
     op.drop_table("jobs")
+    op.drop_index("ix_fleet_hourly_model_hour", table_name="fleet_hourly")
+    op.drop_table("fleet_hourly")
     op.drop_index("ix_events_received_at", table_name="events", postgresql_using="brin")
     op.drop_index("ix_events_job_id_ts", table_name="events")
     op.drop_table("events")

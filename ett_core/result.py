@@ -1,0 +1,94 @@
+"""JobResult: one job's figures in microseconds, and its SPEC section 7 wire form."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ett_core.diagnostics import Diagnostics
+from ett_core.instants import format_rfc3339_us, us_to_seconds
+from ett_core.level1 import TERMS, Level1
+from ett_core.taxonomy import COMPONENTS
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    attempt: int
+    allocated_at_us: int  # the allocation, or the first event when `allocated` is missing
+    released_at_us: int | None  # the release or the inferred end; None while open
+    gpus: int
+    end_cause: str
+    held_us: int
+    startup_us: int
+    failure_at_us: int | None  # the interruption instant F, when there is one
+    at_risk_us: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "allocated_at": format_rfc3339_us(self.allocated_at_us),
+            "released_at": None
+            if self.released_at_us is None
+            else format_rfc3339_us(self.released_at_us),
+            "gpus": self.gpus,
+            "end_cause": self.end_cause,
+            "held_seconds": us_to_seconds(self.held_us),
+            "startup_seconds": us_to_seconds(self.startup_us),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """SPEC section 7 fields in plain (not GPU-weighted) microseconds."""
+
+    job_id: str
+    model: str
+    team: str
+    state: str
+    attempts: tuple[AttemptResult, ...]
+    held_us: int
+    effective_us: int
+    at_risk_us: int
+    components: Mapping[str, int]  # all seven, sums to held_us
+    phases: Mapping[str, int]  # phases that own time, sums to held_us
+    owners: Mapping[str, int]  # owners that own time, sums to held_us
+    level1: Level1
+    diagnostics: Diagnostics
+
+    @property
+    def ett_ratio(self) -> float | None:
+        return self.effective_us / self.held_us if self.held_us else None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The `GET /v1/jobs/{job_id}` document, plus `diagnostics` and `level1.breakdown`."""
+        level1 = self.level1
+        mean_ttr = level1.mean_ttr_us
+        return {
+            "job_id": self.job_id,
+            "model": self.model,
+            "team": self.team,
+            "state": self.state,
+            "attempts": [a.to_wire() for a in self.attempts],
+            "held_seconds": us_to_seconds(self.held_us),
+            "effective_seconds": us_to_seconds(self.effective_us),
+            "at_risk_seconds": us_to_seconds(self.at_risk_us),
+            "ett_ratio": self.ett_ratio,
+            "components": {c: us_to_seconds(self.components.get(c, 0)) for c in COMPONENTS},
+            "phases": {p: us_to_seconds(v) for p, v in sorted(self.phases.items())},
+            "owners": {o: us_to_seconds(v) for o, v in sorted(self.owners.items())},
+            "level1": {
+                "tts_seconds": us_to_seconds(level1.tts_us),
+                "nof": level1.nof,
+                "nof_by_cause": level1.nof_by_cause,
+                "ttr_seconds": [us_to_seconds(t) for t in level1.ttr_us],
+                "mean_ttr_seconds": None if mean_ttr is None else mean_ttr / 1_000_000,
+                "in_loop_overhead_seconds": us_to_seconds(level1.in_loop_overhead_us),
+                "final_shutdown_seconds": us_to_seconds(level1.final_shutdown_us),
+                "breakdown": {
+                    term: {c: us_to_seconds(level1.breakdown[term][c]) for c in COMPONENTS}
+                    for term in TERMS
+                },
+            },
+            "diagnostics": self.diagnostics.to_wire(),
+        }

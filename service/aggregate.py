@@ -1,0 +1,160 @@
+"""The aggregator: the only code that loads events, calls the engine and writes results.
+
+A pass finds the jobs that received events since the last pass (the `dirty_jobs` queue)
+plus the open jobs whose result depends on `now`, recomputes each one completely, and
+replaces its stored results in the same transaction that consumes its queue rows. A pass
+killed at any point leaves the previous results intact, and running a pass twice changes
+nothing. Several aggregators share the work through per-job advisory locks taken with
+`pg_try_advisory_xact_lock`: a job another aggregator holds is skipped, never waited for,
+so two aggregators cannot deadlock or double-count (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from ett_core import JobComputation, Taxonomy, compute_job
+
+from . import results_store as store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassReport:
+    started_at: datetime
+    finished_at: datetime | None = None
+    jobs_recomputed: int = 0
+    jobs_skipped_locked: int = 0
+    jobs_failed: int = 0
+    lag_seconds: float = 0.0
+    failed_jobs: list[str] = field(default_factory=list)
+
+    @property
+    def duration_seconds(self) -> float:
+        end = self.finished_at or self.started_at
+        return (end - self.started_at).total_seconds()
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "duration_seconds": self.duration_seconds,
+            "jobs_recomputed": self.jobs_recomputed,
+            "jobs_skipped_locked": self.jobs_skipped_locked,
+            "jobs_failed": self.jobs_failed,
+            "lag_seconds": self.lag_seconds,
+        }
+
+
+class Aggregator:
+    def __init__(
+        self,
+        engine: Engine,
+        taxonomy: Taxonomy,
+        *,
+        heartbeat_timeout_s: float = 600.0,
+        batch_jobs: int = 200,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        after_pass: Callable[[PassReport], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.taxonomy = taxonomy
+        self.heartbeat_timeout_us = int(heartbeat_timeout_s * 1_000_000)
+        self.batch_jobs = batch_jobs
+        self.clock = clock
+        self.after_pass = after_pass
+        self._lock = threading.Lock()  # one pass at a time per process
+        self.last_report: PassReport | None = None
+        self.last_success_at: datetime | None = None
+        self.passes_failed = 0
+
+    def run_pass(self, *, recompute_all: bool = False,
+                 progress: Callable[[int, int], None] | None = None) -> PassReport:
+        with self._lock:
+            now = self.clock()
+            report = PassReport(started_at=now)
+            with self.engine.connect() as conn:
+                dirty = store.dirty_candidates(conn)
+                jobs = set(dirty) | set(store.open_jobs(conn))
+                if recompute_all:
+                    jobs |= set(store.all_job_ids(conn))
+            if dirty:
+                report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())
+            ordered = sorted(jobs)
+            for start in range(0, len(ordered), self.batch_jobs):
+                self._run_chunk(ordered[start:start + self.batch_jobs], now, report)
+                if progress is not None:
+                    progress(min(start + self.batch_jobs, len(ordered)), len(ordered))
+            report.finished_at = self.clock()
+            self.last_report = report
+            self.last_success_at = report.finished_at
+            if self.after_pass is not None:
+                self.after_pass(report)
+            log.info(
+                "aggregation pass: recomputed=%d skipped_locked=%d failed=%d duration=%.3fs",
+                report.jobs_recomputed, report.jobs_skipped_locked, report.jobs_failed,
+                report.duration_seconds,
+            )
+            return report
+
+    def _compute(self, job_id: str, events: Sequence, now_us: int) -> JobComputation | None:
+        try:
+            return compute_job(events, taxonomy=self.taxonomy, now_us=now_us,
+                               heartbeat_timeout_us=self.heartbeat_timeout_us)
+        except Exception:  # one bad job must not stop the fleet's numbers
+            log.exception("aggregation: engine failed for job_id=%s", job_id)
+            return None
+
+    def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport) -> None:
+        now_us = store.dt_to_us(now)
+        with self.engine.begin() as conn:
+            locked = store.try_lock_jobs(conn, job_ids)
+            report.jobs_skipped_locked += len(job_ids) - len(locked)
+            if not locked:
+                return
+            seqs = store.dirty_seqs(conn, locked)
+            events = store.load_events(conn, locked)
+            computed: list[tuple[str, JobComputation]] = []
+            failed: list[str] = []
+            for job_id in locked:
+                job_events = events.get(job_id, [])
+                comp = self._compute(job_id, job_events, now_us) if job_events else None
+                if job_events and comp is None:
+                    failed.append(job_id)
+                elif comp is not None and comp.result.attempts:
+                    computed.append((job_id, comp))
+            # A failed job keeps its previous results and its queue rows (it is retried).
+            failed_set = set(failed)
+            replaced = [j for j in locked if j not in failed_set]
+            deltas = store.Deltas.empty()
+            store.subtract_previous(conn, replaced, deltas)
+            store.delete_job_rows(conn, replaced)
+            store.insert_job_results(conn, computed, now, deltas)
+            store.apply_deltas(conn, deltas)
+            store.consume_dirty(conn, [seq for job, seq in seqs if job not in failed_set])
+        report.jobs_recomputed += len(computed)
+        report.jobs_failed += len(failed)
+        report.failed_jobs.extend(failed)
+
+    def run_loop(self, interval_s: float, stop: threading.Event) -> None:
+        """Run passes every `interval_s` until `stop` is set; errors are logged, not fatal."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_pass()
+            except (OperationalError, SQLAlchemyError) as exc:
+                self.passes_failed += 1
+                log.warning("aggregation pass failed (database): %s", exc)
+            except Exception:
+                self.passes_failed += 1
+                log.exception("aggregation pass failed")
+            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))

@@ -1,0 +1,176 @@
+"""`ett demo`: post a simulated fleet through the HTTP API (back-fill, then live)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+import orjson
+
+from .demo_fleet import FleetSpec, Regression, fleet_events, start_of_backfill
+
+log = logging.getLogger("ett.demo")
+BATCH = 1000
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    days: float = 2.0
+    live: bool = False
+    seed: int = 7
+    models: int = 24
+    regressions: tuple[Regression, ...] = ()
+    time_scale: float = 1.0
+    progress: bool = False
+
+
+class Poster:
+    """Posts batches, retrying what the contract says is retryable."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self.client = httpx.Client(base_url=base_url, timeout=30,
+                                   headers={"Authorization": f"Bearer {token}",
+                                            "Content-Type": "application/json"})
+        self.accepted = self.duplicates = self.rejected = 0
+
+    def post(self, events: list[dict]) -> None:
+        body = orjson.dumps({"events": events})
+        for attempt in range(8):
+            try:
+                r = self.client.post("/v1/events", content=body)
+            except httpx.TransportError as exc:
+                log.warning("demo: post failed (%s), retrying", exc)
+            else:
+                if r.status_code == 202:
+                    data = r.json()
+                    self.accepted += data["accepted"]
+                    self.duplicates += data["duplicates"]
+                    self.rejected += len(data["rejected"])
+                    for rej in data["rejected"][:3]:
+                        log.warning("demo: event rejected: %s", rej)
+                    return
+                if r.status_code not in (429, 502, 503, 504):
+                    raise RuntimeError(f"demo: POST /v1/events answered {r.status_code}: {r.text}")
+            time.sleep(min(10.0, 0.2 * 2**attempt))
+        raise RuntimeError("demo: the service kept refusing events")
+
+
+def run_demo(base_url: str, token: str, opts: DemoOptions,
+             stop: threading.Event | None = None) -> Poster:
+    stop = stop or threading.Event()
+    spec = FleetSpec(models=opts.models, seed=opts.seed, regressions=opts.regressions,
+                     time_scale=opts.time_scale)
+    now = datetime.now(UTC)
+    # Anchor the fleet's start on a whole hour so reruns with one seed post the same ids.
+    start = start_of_backfill(now, opts.days).replace(minute=0, second=0, microsecond=0)
+    stream = fleet_events(spec, start)
+    poster = Poster(base_url, token)
+    bar = None
+    if opts.progress:
+        from tqdm import tqdm
+
+        total_s = (now - start).total_seconds()
+        bar = tqdm(total=round(total_s), unit="sim-s", desc="back-fill")
+    batch: list[dict] = []
+    pending: tuple[float, dict] | None = None
+    for t, ev in stream:
+        if t > now.timestamp():
+            pending = (t, ev)
+            break
+        batch.append(ev)
+        if len(batch) >= BATCH:
+            poster.post(batch)
+            batch = []
+            if bar is not None:
+                bar.n = round(t - start.timestamp())
+                bar.refresh()
+        if stop.is_set():
+            return poster
+    if batch:
+        poster.post(batch)
+    if bar is not None:
+        bar.n = bar.total
+        bar.close()
+    log.info("demo: back-filled %d events (%d duplicates)", poster.accepted, poster.duplicates)
+    if not opts.live:
+        return poster
+    while not stop.is_set() and pending is not None:
+        now_ts = time.time()
+        batch = []
+        while pending is not None and pending[0] <= now_ts:
+            batch.append(pending[1])
+            pending = next(stream, None)
+        if batch:
+            poster.post(batch)
+        stop.wait(1.0)
+    return poster
+
+
+def run_demo_in_background(base_url: str, token: str, opts: DemoOptions,
+                           stop: threading.Event) -> threading.Thread:
+    def target() -> None:
+        # Wait for the API to be up: the demo starts beside the server.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                if httpx.get(base_url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        try:
+            run_demo(base_url, token, opts, stop)
+        except Exception:
+            log.exception("demo fleet stopped")
+
+    thread = threading.Thread(target=target, name="ett-demo", daemon=True)
+    thread.start()
+    return thread
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    token = args.token or args.settings.admin_token_value()
+    if not token:
+        data_token = args.settings.data_dir / "admin-token"
+        if data_token.exists():
+            token = data_token.read_text().strip()
+    if not token:
+        print("ett demo needs a token: --token, ETT_ADMIN_TOKEN, or the embedded data dir's")
+        return 2
+    opts = DemoOptions(
+        days=args.days, live=args.live, seed=args.seed, models=args.models,
+        regressions=tuple(Regression.parse(r) for r in args.regress),
+        time_scale=args.time_scale, progress=not args.no_progress,
+    )
+    stop = threading.Event()
+    try:
+        poster = run_demo(args.url, token, opts, stop)
+    except KeyboardInterrupt:
+        stop.set()
+        return 130
+    print(f"posted: accepted={poster.accepted} duplicates={poster.duplicates}"
+          f" rejected={poster.rejected}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("demo", help="post a realistic simulated fleet through the API")
+    p.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
+    p.add_argument("--token", default=None, help="a writer or admin token")
+    p.add_argument("--days", type=float, default=2.0, help="days of history to back-fill")
+    p.add_argument("--live", action="store_true", help="keep posting in real time")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--models", type=int, default=24)
+    p.add_argument("--regress", action="append", default=[], metavar="COMPONENT=FACTORx[:TEAM]",
+                   help="multiply a component's durations, e.g. compilation=3x:ads")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="run the simulated fleet this many times faster than real time")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_demo)
+
+
+__all__ = ["DemoOptions", "run_demo", "run_demo_in_background"]

@@ -1,0 +1,109 @@
+"""SQL for the read API. Windows are exactly [start, end): whole hours come from the fleet
+rollup, the partial hours at either edge from the hour-clipped segments, clipped again to
+the window, so no window is ever widened or shrunk to the data inside it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+GROUP_COLUMNS = ("model", "team", "component", "phase", "owner")
+FILTER_COLUMNS = ("model", "team", "owner")
+HOUR = timedelta(hours=1)
+
+
+def floor_hour(ts: datetime) -> datetime:
+    return ts.replace(minute=0, second=0, microsecond=0)
+
+
+def ceil_hour(ts: datetime) -> datetime:
+    floor = floor_hour(ts)
+    return floor if floor == ts else floor + HOUR
+
+
+def _where(filters: dict[str, str | None], exclude_components: Sequence[str]) -> tuple[str, dict]:
+    clauses, params = [], {}
+    for column, value in filters.items():
+        if column not in FILTER_COLUMNS:
+            raise ValueError(f"cannot filter on {column}")
+        if value is not None:
+            clauses.append(f"{column} = :f_{column}")
+            params[f"f_{column}"] = value
+    if exclude_components:
+        clauses.append("NOT (component = ANY(:excluded))")
+        params["excluded"] = list(exclude_components)
+    return "".join(f" AND {c}" for c in clauses), params
+
+
+def window_rows(
+    conn: Connection,
+    start: datetime,
+    end: datetime,
+    keys: Sequence[str],
+    filters: dict[str, str | None] | None = None,
+    exclude_components: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """GPU-microseconds in [start, end) grouped by `keys` (+ component), settled apart."""
+    for key in keys:
+        if key not in GROUP_COLUMNS:
+            raise ValueError(f"cannot group by {key}")
+    cols = list(dict.fromkeys([*keys, "component"]))
+    select_cols = ", ".join(cols)
+    where, params = _where(filters or {}, exclude_components)
+    params.update(start=start, end=end)
+    hs, he = ceil_hour(start), floor_hour(end)
+    parts: list[str] = []
+    if hs < he:
+        params.update(hs=hs, he=he)
+        parts.append(
+            f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
+            f" AS unsettled FROM fleet_hourly WHERE hour >= :hs AND hour < :he{where}"
+            f" GROUP BY {select_cols}"
+        )
+    partial = sorted({h for h in (floor_hour(start), floor_hour(end))
+                      if not (hs <= h and h + HOUR <= he) and h < end})
+    if partial:
+        params["partial"] = partial
+        clipped = ("(extract(epoch FROM least(end_at, :end) - greatest(start_at, :start))"
+                   " * 1000000)::bigint * gpus")
+        parts.append(
+            f"SELECT {select_cols}, sum(CASE WHEN settled THEN {clipped} ELSE 0 END) AS settled,"
+            f" sum(CASE WHEN settled THEN 0 ELSE {clipped} END) AS unsettled FROM segments"
+            f" WHERE hour = ANY(:partial) AND start_at < :end AND end_at > :start{where}"
+            f" GROUP BY {select_cols}"
+        )
+    if not parts:
+        return []
+    sql = (f"SELECT {select_cols}, sum(settled)::bigint AS settled, sum(unsettled)::bigint"
+           f" AS unsettled FROM ({' UNION ALL '.join(parts)}) AS w GROUP BY {select_cols}")
+    return [dict(row._mapping) for row in conn.execute(text(sql), params)]
+
+
+def job_result(conn: Connection, job_id: str) -> dict[str, Any] | None:
+    row = conn.execute(text("SELECT result FROM jobs WHERE job_id = :j"), {"j": job_id}).first()
+    return None if row is None else row[0]
+
+
+def job_has_events(conn: Connection, job_id: str) -> bool:
+    return conn.execute(
+        text("SELECT EXISTS (SELECT 1 FROM events WHERE job_id = :j)"), {"j": job_id}
+    ).scalar_one()
+
+
+def models_and_teams(conn: Connection) -> list[tuple[str, str]]:
+    rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
+    return [(r[0], r[1]) for r in rows]
+
+
+def recent_jobs(conn: Connection, model: str, limit: int = 20) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        text(
+            "SELECT job_id, state, first_at, last_at, held_gpu_seconds, effective_gpu_seconds,"
+            " nof FROM jobs WHERE model = :m ORDER BY last_at DESC LIMIT :n"
+        ),
+        {"m": model, "n": limit},
+    )
+    return [dict(r._mapping) for r in rows]
