@@ -25,6 +25,7 @@ from service.slo import (
     TeamsSpec,
     derive_windows,
     format_duration,
+    parse_duration,
     scale_window,
 )
 
@@ -332,9 +333,19 @@ def _webhook(url: str) -> dict[str, Any]:
     return {"webhook_configs": [{"url": url, "send_resolved": True}]}
 
 
-def render_alertmanager_config(teams: TeamsSpec,
-                               webhook_base: str | None = None) -> dict[str, Any]:
-    """Route on team, then severity; one webhook receiver per team; a catch-all."""
+def _scaled_timing(timing: dict[str, str], scale: float) -> dict[str, str]:
+    if scale == 1.0:
+        return dict(timing)
+    return {k: format_duration(max(1, round(parse_duration(v) * scale)))
+            for k, v in timing.items()}
+
+
+def render_alertmanager_config(teams: TeamsSpec, webhook_base: str | None = None,
+                               timing_scale: float = 1.0) -> dict[str, Any]:
+    """Route on team, then severity; one webhook receiver per team; a catch-all.
+
+    `timing_scale` shrinks grouping and repeat intervals for end-to-end tests.
+    """
     base = (webhook_base or teams.webhook_base).rstrip("/")
     routes = []
     receivers = [{"name": teams.catch_all, **_webhook(f"{base}/{teams.catch_all}")}]
@@ -346,7 +357,8 @@ def render_alertmanager_config(teams: TeamsSpec,
         routes.append({
             "receiver": team.name,
             "matchers": [f'team="{team.name}"'],
-            "routes": [{"receiver": team.name, "matchers": [f'severity="{sev}"'], **timing}
+            "routes": [{"receiver": team.name, "matchers": [f'severity="{sev}"'],
+                        **_scaled_timing(timing, timing_scale)}
                        for sev, timing in _SEVERITY_TIMING.items()],
         })
     return {
@@ -354,9 +366,10 @@ def render_alertmanager_config(teams: TeamsSpec,
         "route": {
             "receiver": teams.catch_all,
             "group_by": ["alertname", "slo", "team", "severity"],
-            "group_wait": "30s",
-            "group_interval": "5m",
-            "repeat_interval": "4h",
+            **_scaled_timing(
+                {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"},
+                timing_scale,
+            ),
             "routes": routes,
         },
         "inhibit_rules": [

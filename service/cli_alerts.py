@@ -44,9 +44,14 @@ def rule_texts(spec_path: Path, teams_path: Path | None, window_scale: float = 1
     return {name: dump_yaml(doc, header) for name, doc in files.items()}
 
 
-def alertmanager_text(teams_path: Path, webhook_base: str | None = None) -> str:
-    config = render_alertmanager_config(load_teams(teams_path), webhook_base=webhook_base)
-    return dump_yaml(config, ALERTMANAGER_HEADER)
+def alertmanager_text(teams_path: Path, webhook_base: str | None = None,
+                      timing_scale: float = 1.0) -> str:
+    config = render_alertmanager_config(load_teams(teams_path), webhook_base=webhook_base,
+                                        timing_scale=timing_scale)
+    header = ALERTMANAGER_HEADER
+    if timing_scale != 1.0:
+        header += f"# Timings scaled by {timing_scale:g} for an end-to-end test, not production.\n"
+    return dump_yaml(config, header)
 
 
 def _write(path: Path, text: str) -> None:
@@ -90,7 +95,8 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 
 def _cmd_alertmanager(args: argparse.Namespace) -> int:
     try:
-        text = alertmanager_text(args.teams, webhook_base=args.webhook_base)
+        text = alertmanager_text(args.teams, webhook_base=args.webhook_base,
+                                 timing_scale=args.timing_scale)
     except SpecError as exc:
         print(f"ett alertmanager-config: {exc}", file=sys.stderr)
         return 1
@@ -130,6 +136,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     am.add_argument("--out", type=Path, default=DEFAULT_ALERTMANAGER)
     am.add_argument("--webhook-base", default=None,
                     help="send every team to <URL>/<team> (overrides the teams file)")
+    am.add_argument("--timing-scale", type=float, default=1.0,
+                    help="multiply group_wait, group_interval and repeat_interval (tests)")
     am.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 when the file differs from the teams file")
     am.set_defaults(func=_cmd_alertmanager)

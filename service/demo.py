@@ -6,7 +6,7 @@ import argparse
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import httpx
@@ -26,6 +26,7 @@ class DemoOptions:
     models: int = 24
     regressions: tuple[Regression, ...] = ()
     time_scale: float = 1.0
+    failure_rate_per_hour: float | None = None
     progress: bool = False
 
 
@@ -65,9 +66,14 @@ def run_demo(base_url: str, token: str, opts: DemoOptions,
     stop = stop or threading.Event()
     spec = FleetSpec(models=opts.models, seed=opts.seed, regressions=opts.regressions,
                      time_scale=opts.time_scale)
+    if opts.failure_rate_per_hour is not None:
+        spec = replace(spec, failure_rate_per_hour=opts.failure_rate_per_hour)
     now = datetime.now(UTC)
-    # Anchor the fleet's start on a whole hour so reruns with one seed post the same ids.
-    start = start_of_backfill(now, opts.days).replace(minute=0, second=0, microsecond=0)
+    # Anchor a back-fill on a whole hour so reruns with one seed post the same ids; a
+    # live-only run starts now.
+    start = now
+    if opts.days > 0:
+        start = start_of_backfill(now, opts.days).replace(minute=0, second=0, microsecond=0)
     stream = fleet_events(spec, start)
     poster = Poster(base_url, token)
     bar = None
@@ -144,7 +150,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     opts = DemoOptions(
         days=args.days, live=args.live, seed=args.seed, models=args.models,
         regressions=tuple(Regression.parse(r) for r in args.regress),
-        time_scale=args.time_scale, progress=not args.no_progress,
+        time_scale=args.time_scale, failure_rate_per_hour=args.failure_rate,
+        progress=not args.no_progress,
     )
     stop = threading.Event()
     try:
@@ -169,6 +176,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="multiply a component's durations, e.g. compilation=3x:ads")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="run the simulated fleet this many times faster than real time")
+    p.add_argument("--failure-rate", type=float, default=None,
+                   help="interruptions per job-hour of training (default 0.015)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_demo)
 

@@ -60,7 +60,7 @@ class FleetSpec:
     seed: int = 7
     regressions: tuple[Regression, ...] = ()
     time_scale: float = 1.0  # >1 shrinks every duration (fast fleets for tests)
-    failure_rate_per_hour: float = 0.06
+    failure_rate_per_hour: float = 0.015  # per job-hour of training
 
 
 @dataclass(frozen=True)
@@ -71,12 +71,14 @@ class DemoModel:
 
 
 def fleet_models(spec: FleetSpec) -> list[DemoModel]:
-    rng = random.Random(spec.seed)
     models = []
     for i in range(spec.models):
         team = TEAMS[i % len(TEAMS)]
-        kind = MODEL_KINDS[(i // len(TEAMS)) % len(MODEL_KINDS)]
-        models.append(DemoModel(f"{team}_{kind}_{i:03d}", team, rng.choice(GPU_CHOICES)))
+        k = i // len(TEAMS)
+        kind = MODEL_KINDS[k % len(MODEL_KINDS)]
+        # Every team gets the same mix of sizes, so no team dominates the fleet's GPU time.
+        gpus = GPU_CHOICES[(3 * k + 1) % len(GPU_CHOICES)]
+        models.append(DemoModel(f"{team}_{kind}_{i:03d}", team, gpus))
     return models
 
 
@@ -128,7 +130,8 @@ class ModelSimulator:
     def next_job(self) -> list[tuple[float, dict[str, Any]]]:
         """All events of the next job, in time order; advances the model's clock."""
         self.job_no += 1
-        job = f"{self.model.name}-w{self.job_no:05d}"
+        # The seed is part of the id: two fleets with other seeds never share a job.
+        job = f"{self.model.name}-s{self.spec.seed}-w{self.job_no:05d}"
         scale = self.spec.time_scale
         target = self.rng.uniform(1, 12) * 3600 / scale  # training seconds in the window
         done = 0.0  # durable training progress
@@ -148,24 +151,24 @@ class ModelSimulator:
                  target: float) -> tuple[float, float, bool]:
         m, em, rng, scale = self.model, self.em, self.rng, self.spec.time_scale
         em.emit(t, job, attempt, "allocated", gpus=m.gpus, team=m.team)
-        t = self._phase(t, job, attempt, "scheduling", self._dur(20, 180, "scheduling"))
+        t = self._phase(t, job, attempt, "scheduling", self._dur(20, 120, "scheduling"))
         if rng.random() < 0.05:  # an instrumentation gap: held, nothing reported
             t += rng.uniform(60, 600) / scale * self._factor("unattributed")
         # launcher_init with device and process-group init nested inside it
         em.emit(t, job, attempt, "phase_start", phase="launcher_init")
-        t += self._dur(10, 40, "initialization")
-        t = self._phase(t, job, attempt, "device_init", self._dur(10, 60, "initialization"))
+        t += self._dur(10, 30, "initialization")
+        t = self._phase(t, job, attempt, "device_init", self._dur(10, 40, "initialization"))
         t = self._phase(t, job, attempt, "process_group_init",
-                        self._dur(5, 90, "initialization"))
+                        self._dur(5, 60, "initialization"))
         em.emit(t, job, attempt, "phase_end", phase="launcher_init")
         if attempt > 0 or done > 0:
-            t = self._phase(t, job, attempt, "checkpoint_load", self._dur(60, 300,
+            t = self._phase(t, job, attempt, "checkpoint_load", self._dur(60, 180,
                                                                           "initialization"))
         t = self._phase(t, job, attempt, "train_module_creation",
-                        self._dur(20, 120, "initialization"))
-        t = self._phase(t, job, attempt, "compilation", self._dur(180, 600, "compilation"))
+                        self._dur(20, 90, "initialization"))
+        t = self._phase(t, job, attempt, "compilation", self._dur(120, 360, "compilation"))
         t = self._phase(t, job, attempt, "get_first_batch_data",
-                        self._dur(10, 60, "initialization"))
+                        self._dur(10, 40, "initialization"))
         return self._train(job, attempt, t, done, target)
 
     def _train(self, job: str, attempt: int, t: float, done: float,
@@ -173,7 +176,7 @@ class ModelSimulator:
         em, rng, scale = self.em, self.rng, self.spec.time_scale
         em.emit(t, job, attempt, "phase_start", phase="training")
         hazard = self.spec.failure_rate_per_hour * scale / 3600
-        ckpt_every = 1800 / scale
+        ckpt_every = 2700 / scale
         since_ckpt, progress = 0.0, done
         next_beat = t + HEARTBEAT_S / scale
         while progress < target:
@@ -186,16 +189,16 @@ class ModelSimulator:
             if t >= next_beat:
                 em.emit(t, job, attempt, "heartbeat", attrs={"step": int(progress)})
                 next_beat = t + HEARTBEAT_S / scale
-            if rng.random() < step * scale / 14400:  # a data stall every ~4 h of training
-                t = self._phase(t, job, attempt, "data_stall", self._dur(30, 300,
+            if rng.random() < step * scale / 21600:  # a data stall every ~6 h of training
+                t = self._phase(t, job, attempt, "data_stall", self._dur(30, 180,
                                                                         "wasted_training"))
-            if rng.random() < step * scale / 28800:  # a recompile every ~8 h
-                t = self._phase(t, job, attempt, "compilation", self._dur(30, 180,
+            if rng.random() < step * scale / 43200:  # a recompile every ~12 h
+                t = self._phase(t, job, attempt, "compilation", self._dur(30, 120,
                                                                           "compilation"))
             if since_ckpt >= ckpt_every:
                 snap = t
                 t = self._phase(t, job, attempt, "checkpoint_save",
-                                self._dur(10, 60, "wasted_training"))
+                                self._dur(5, 30, "wasted_training"))
                 durable = t + rng.uniform(30, 180) / scale  # async upload finishes later
                 em.emit(durable, job, attempt, "checkpoint",
                         attrs={"snapshot_ts": datetime.fromtimestamp(snap, UTC).isoformat(),
@@ -203,9 +206,9 @@ class ModelSimulator:
                 done = progress
                 since_ckpt = 0.0
         em.emit(t, job, attempt, "phase_end", phase="training")
-        t = self._phase(t, job, attempt, "final_checkpoint", self._dur(60, 240, "shutdown"))
-        t = self._phase(t, job, attempt, "model_publish", self._dur(30, 180, "shutdown"))
-        t = self._phase(t, job, attempt, "teardown", self._dur(10, 60, "shutdown"))
+        t = self._phase(t, job, attempt, "final_checkpoint", self._dur(30, 90, "shutdown"))
+        t = self._phase(t, job, attempt, "model_publish", self._dur(15, 60, "shutdown"))
+        t = self._phase(t, job, attempt, "teardown", self._dur(5, 20, "shutdown"))
         em.emit(t, job, attempt, "released", attrs={"reason": "completed"})
         return t, target, True
 

@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 
 EXPORT_LEADER_LOCK = 0x45_54_54_58  # "ETTX"
 STATE_KEY = "exported_counters"
-CAUSES = ("infra", "user", "preemption", "lost")
 
 
 class MonotonicCounters:
@@ -80,6 +79,7 @@ class AggregatorCollector(Collector):
         self.settled = MonotonicCounters()
         self.failures = MonotonicCounters()
         self.histograms = MonotonicCounters()
+        self.unknown = MonotonicCounters()
         self._restored = False
 
     # -- refresh (called by the aggregator after each pass) --------------------------------
@@ -98,6 +98,20 @@ class AggregatorCollector(Collector):
             raise
         self.is_leader = bool(got)
         return self.is_leader
+
+    def close(self) -> None:
+        """Give up leadership: unlock before the connection goes back to the pool."""
+        if self._leader_conn is not None:
+            try:
+                self._leader_conn.execute(
+                    text("SELECT pg_advisory_unlock(:k)"), {"k": EXPORT_LEADER_LOCK}
+                )
+                self._leader_conn.commit()
+                self._leader_conn.close()
+            except Exception:
+                self._leader_conn.invalidate()  # dropping the session releases it too
+            self._leader_conn = None
+        self.is_leader = False
 
     def _restore(self) -> None:
         with self.engine.connect() as conn:
@@ -137,6 +151,7 @@ class AggregatorCollector(Collector):
         with self._lock:
             self.settled.update(snap.settled_gpu_seconds, revision_key=1)
             self.failures.update({k: float(v) for k, v in snap.failures.items()})
+            self.unknown.update({k: float(v) for k, v in snap.unknown_phase_events.items()})
             flat: dict[Key, float] = {}
             for (team,), counts in snap.tts_buckets.items():
                 for i, c in enumerate(counts):
@@ -245,7 +260,7 @@ class AggregatorCollector(Collector):
                 running.add_metric(list(key), v)
             for key, v in sorted(self.failures.exported.items()):
                 failures.add_metric(list(key), v)
-            for key, v in sorted(snap.unknown_phase_events.items()):
+            for key, v in sorted(self.unknown.exported.items()):
                 unknown.add_metric(list(key), v)
             for window, levels in snap.ratios.items():
                 for level, values in levels.items():

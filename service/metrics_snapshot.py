@@ -19,6 +19,7 @@ RATIO_WINDOWS = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timede
 LEVEL1_BUCKETS = (60.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0)
 
 Key = tuple[str, ...]
+CAUSES = ("infra", "user", "preemption", "lost")
 
 
 @dataclass
@@ -45,6 +46,11 @@ def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,
             counts[i] += 1
     counts[-1] += 1  # +Inf
     sums[key] = sums.get(key, 0.0) + value
+
+
+def _zero(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key) -> None:
+    buckets.setdefault(key, [0] * (len(LEVEL1_BUCKETS) + 1))
+    sums.setdefault(key, 0.0)
 
 
 def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
@@ -75,6 +81,12 @@ def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
             _observe(snap.tts_buckets, snap.tts_sum, (team,), tts)
         for ttr, cause in zip(ttrs, causes, strict=False):
             _observe(snap.ttr_buckets, snap.ttr_sum, (team, cause), ttr)
+    # A team with no start or no recovery yet exports zero counts, not nothing: absent
+    # series mean a broken exporter and page the telemetry team.
+    for _model, team in snap.jobs_running:
+        _zero(snap.tts_buckets, snap.tts_sum, (team,))
+        for cause in CAUSES:
+            _zero(snap.ttr_buckets, snap.ttr_sum, (team, cause))
     for name, width in RATIO_WINDOWS.items():
         rows = q.window_rows(conn, now - width, now, ["model", "team"])
         levels: dict[str, dict[Key, list[int]]] = {

@@ -31,10 +31,11 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         )
         from . import serve_parts
 
+        collector = None
         if aggregator and ctx.aggregator is not None:
             from .metrics import register_aggregator_metrics
 
-            register_aggregator_metrics(ctx.registry, ctx.aggregator, db.engine)
+            collector = register_aggregator_metrics(ctx.registry, ctx.aggregator, db.engine)
 
         stop = threading.Event()
         background = serve_parts.start_background(ctx, aggregator=aggregator, stop=stop)
@@ -62,6 +63,8 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
             stop.set()
             for thread in background:
                 thread.join(timeout=15)
+            if collector is not None:
+                collector.close()
     return 0
 
 

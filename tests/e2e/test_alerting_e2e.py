@@ -1,0 +1,103 @@
+"""The control loop end to end: a demo fleet whose `ads` models regress in compilation,
+the service's /metrics scraped by a real Prometheus evaluating the generated rules
+(windows shortened by the generator), and a real Alertmanager delivering to per-team
+webhook sinks. The compiler team is paged; nobody else hears anything; clearing the
+regression resolves it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from service.demo import DemoOptions, run_demo
+from service.demo_fleet import Regression
+from tests.conftest import REPO
+from tests.e2e.stack import ALERTMANAGER, PROMETHEUS, WebhookSink, alertmanager, prometheus, query
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (PROMETHEUS and ALERTMANAGER),
+                       reason="needs Debian's prometheus and prometheus-alertmanager"),
+]
+
+SCALE = 360  # the simulated fleet runs 360x faster than real time; so do the alert windows
+
+
+def _ett(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "service.cli", *args], cwd=REPO, check=True,
+                   capture_output=True)
+
+
+def _demo(service, stop: threading.Event, seed: int, regress: tuple[Regression, ...],
+          days: float) -> threading.Thread:
+    opts = DemoOptions(days=days, live=True, seed=seed, models=24, regressions=regress,
+                       time_scale=SCALE, failure_rate_per_hour=0.0002)
+    thread = threading.Thread(target=run_demo, args=(service.url, service.token, opts, stop),
+                              daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait(predicate, timeout_s: float, what: str, sink: WebhookSink) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}; received: {sink.received}")
+
+
+def _compilation_alerts(sink: WebhookSink, status: str) -> list[dict]:
+    return [a for a in sink.alerts("compiler")
+            if a["labels"].get("slo") == "compilation-share" and a["status"] == status]
+
+
+def test_a_compilation_regression_pages_the_compiler_team_only_and_resolves(
+        service_factory, tmp_path) -> None:
+    svc = service_factory(extra_env={"ETT_AGGREGATE_INTERVAL_S": "2"})
+    sink = WebhookSink()
+    rules = tmp_path / "rules"
+    _ett("rules", "--window-scale", str(1 / SCALE), "--min-window", "30s",
+         "--out-dir", str(rules))
+    am_config = tmp_path / "alertmanager.yml"
+    _ett("alertmanager-config", "--webhook-base", sink.url, "--timing-scale", "0.02",
+         "--out", str(am_config))
+
+    stop_regressed = threading.Event()
+    regressed = _demo(svc, stop_regressed, seed=11,
+                      regress=(Regression.parse("compilation=25x:ads"),), days=0.02)
+    target = svc.url.removeprefix("http://")
+    try:
+        with alertmanager(am_config, tmp_path) as am_url, \
+                prometheus([target], rules, am_url, tmp_path) as prom_url:
+            _wait(lambda: _compilation_alerts(sink, "firing"), 300,
+                  "the compiler team's compilation alert", sink)
+            share = query(prom_url, 'sum(rate(ett_settled_gpu_seconds_total'
+                                    '{component="compilation"}[1m]))'
+                                    ' / sum(rate(ett_held_gpu_seconds_total[1m]))')
+            assert float(share[0]["value"][1]) > 0.03
+            firing = _compilation_alerts(sink, "firing")[0]
+            assert firing["labels"]["team"] == "compiler"
+            assert firing["labels"]["model_team"] == "ads"
+            assert firing["annotations"]["runbook_url"].endswith("EttComponentBudgetBurn.md")
+            assert sink.teams() == {"compiler"}, sink.received
+
+            # Clear the regression: a healthy fleet (other seed, so other jobs) takes over.
+            stop_regressed.set()
+            regressed.join(timeout=30)
+            stop_healthy = threading.Event()
+            healthy = _demo(svc, stop_healthy, seed=12, regress=(), days=0)
+            try:
+                _wait(lambda: _compilation_alerts(sink, "resolved"), 420,
+                      "the compilation alert to resolve", sink)
+            finally:
+                stop_healthy.set()
+                healthy.join(timeout=30)
+            assert sink.teams() == {"compiler"}, sink.received
+    finally:
+        stop_regressed.set()
+        sink.close()
