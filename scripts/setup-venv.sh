@@ -10,6 +10,7 @@ fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -e '.[test]'
-if [ -f client/pyproject.toml ]; then
-  "$VENV/bin/python" -m pip install -q -e ./client
-fi
+# The client SDK with its PyTorch helpers. torch is pinned for the tests: 2.13.0 has a CPU
+# build small enough to install anywhere (the real-trainer tests run it on the CPU), and an
+# unpinned torch would pull a multi-gigabyte CUDA build.
+"$VENV/bin/python" -m pip install -q -e ./client torch==2.13.0 numpy

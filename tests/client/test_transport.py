@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import random
+from email.utils import formatdate
+
+from ett_client import transport
+
+from tests.client.fake_service import FakeService, Reply, refused_url
+
+
+def test_retry_after_reads_seconds_and_http_dates():
+    assert transport.parse_retry_after("3") == 3.0
+    assert transport.parse_retry_after("-1") == 0.0
+    assert transport.parse_retry_after(None) is None
+    assert transport.parse_retry_after("soon") is None
+    assert 9 <= transport.parse_retry_after(formatdate(1000.0 + 10, usegmt=True), now=1000.0) <= 10
+
+
+def test_backoff_is_jittered_exponential_and_capped():
+    rng = random.Random(1)
+    for retry, cap in ((0, 1.0), (1, 2.0), (3, 8.0), (10, 30.0), (100, 30.0)):
+        delay = transport.backoff_s(retry, 1.0, 30.0, rng)
+        assert cap / 2 <= delay <= cap
+
+
+def test_the_body_is_a_batch_of_the_spooled_lines():
+    assert transport.build_body([b'{"a":1}', b'{"b":2}']) == b'{"events":[{"a":1},{"b":2}]}'
+
+
+def test_outcomes_say_what_to_retry(fake: FakeService):
+    body = transport.build_body([b'{"event_id":"x"}'])
+    for status, retry in ((429, True), (500, True), (502, True), (503, True), (504, True),
+                          (400, False), (401, False), (403, False), (413, False), (422, False)):
+        fake.script = [Reply(status, headers={"Retry-After": "7"})]
+        outcome = transport.post_batch(fake.url + "/v1/events", "t", body, 2.0)
+        assert (outcome.status, outcome.retry) == (status, retry)
+        assert outcome.retry_after_s == 7.0
+    outcome = transport.post_batch(fake.url + "/v1/events", "t", body, 2.0)
+    assert (outcome.status, outcome.accepted, outcome.retry) == (202, 1, False)
+    down = transport.post_batch(refused_url() + "/v1/events", "t", body, 2.0)
+    assert down.status is None and down.retry
