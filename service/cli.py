@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 
 from .settings import Settings
@@ -64,6 +65,9 @@ def _plugins() -> list:  # type: ignore[type-arg]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # pgserver's platformdirs warns about a missing XDG_RUNTIME_DIR on every start (servers
+    # and containers rarely have one); it falls back to /tmp, which is fine.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     parser = build_parser()
     args = parser.parse_args(argv)
     settings = Settings()

@@ -6,6 +6,6 @@ from types import ModuleType
 
 
 def modules() -> list[ModuleType]:
-    from . import cli_aggregate, cli_alerts, cli_dashboards, demo
+    from . import cli_aggregate, cli_alerts, cli_dashboards, demo, retention
 
-    return [cli_aggregate, cli_alerts, cli_dashboards, demo]
+    return [cli_aggregate, cli_alerts, cli_dashboards, demo, retention]

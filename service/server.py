@@ -53,6 +53,9 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
                   f"{db.admin_token}", flush=True)
         print(f"  aggregator: {'on' if aggregator else 'off (API-only replica)'}", flush=True)
         if demo:
+            print("  demo fleet: back-filling 2 days, then posting live (ett demo --help)",
+                  flush=True)
+        if demo:
             serve_parts.start_demo(base, db.admin_token, stop)
         # uvicorn re-raises the signal that stopped it once it has drained; turning SIGTERM
         # into SystemExit lets the `finally` blocks stop the aggregator and the embedded DB.
