@@ -4,11 +4,14 @@ whose recording rules some panels read)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.queries import all_promql
 from service.demo import DemoOptions, run_demo
@@ -54,6 +57,12 @@ def test_every_dashboard_promql_returns_data(service_factory, tmp_path: Path) ->
                 empty = [t for t in empty if not any(query(prom, expr) for _, _, expr in t)]
             assert not empty, "panels without data:\n" + "\n".join(
                 f"{t[0][0]} / {t[0][1]}: {t[0][2]}" for t in empty)
+            # And every raw metric a panel names is in the service's own exposition.
+            exposed = {s.name for f in text_string_to_metric_families(
+                httpx.get(svc.url + "/metrics", timeout=10).text) for s in f.samples}
+            named = {m for t in targets for _, _, expr in t
+                     for m in re.findall(r"\b(ett_[a-z0-9_]+)\b(?!:)", expr)}
+            assert named and named <= exposed, sorted(named - exposed)
     finally:
         stop.set()
         demo.join(timeout=30)
