@@ -2,16 +2,22 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+STAMP  := $(VENV)/.installed-test
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: run test test-fast lint bench bench-quick clean
 
+# Running the service needs only the service; the tests also need the SDK, PyTorch and tools.
+$(RUN_STAMP): pyproject.toml scripts/setup-venv.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/setup-venv.sh run
+	touch $(RUN_STAMP)
+
 $(STAMP): pyproject.toml $(wildcard client/pyproject.toml) scripts/setup-venv.sh
-	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/setup-venv.sh
-	touch $(STAMP)
+	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/setup-venv.sh test
+	touch $(STAMP) $(RUN_STAMP)
 
 ## Run the service (API, aggregator, /metrics) on an embedded PostgreSQL, with a demo fleet.
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/ett serve --demo
 
 ## Run the whole test suite the way CI does (system tools installed when missing).

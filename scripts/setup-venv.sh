@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Create the project virtualenv and install the service, the client SDK and test tools.
+# Create the project virtualenv. `run`: the service alone. `test` (default): the service,
+# the client SDK with PyTorch, and the test tools.
 set -euo pipefail
+WHAT=${1:-test}
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
@@ -9,6 +11,10 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
+if [ "$WHAT" = run ]; then
+  "$VENV/bin/python" -m pip install -q -e .
+  exit 0
+fi
 "$VENV/bin/python" -m pip install -q -e '.[test]'
 # The client SDK with its PyTorch helpers. torch is pinned for the tests: 2.13.0 has a CPU
 # build small enough to install anywhere (the real-trainer tests run it on the CPU), and an
