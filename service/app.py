@@ -19,11 +19,13 @@ from prometheus_client import (
 
 from . import __version__, admin_api, health, ingest, read_api
 from .aggregate import Aggregator
-from .auth import Authenticator
+from .auth import Authenticator, PreAuthMiddleware
 from .errors import EttError
 from .http_metrics import HttpMetrics
 from .settings import Settings
+from .tokens import TokenStore
 from .wire_schema import openapi_components
+from .wiring import taxonomy_from
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ class AppContext:
     aggregator: Aggregator | None = None
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     extra_routers: list[Any] = field(default_factory=list)
+    token_store: TokenStore | None = None
 
 
 def create_app(ctx: AppContext) -> FastAPI:
@@ -49,9 +52,17 @@ def create_app(ctx: AppContext) -> FastAPI:
         version=__version__,
         description="Effective Training Time telemetry: ingest, results and metrics.",
     )
+    s = ctx.settings
+    if not ctx.auth.has_lookup:
+        # Tokens from `ett tokens create`, beside the bootstrap admin token.
+        ctx.token_store = TokenStore(ctx.engine, cache_ttl_s=s.token_cache_ttl_s,
+                                     last_used_flush_s=s.token_last_used_flush_s)
+        ctx.auth = ctx.auth.with_lookup(ctx.token_store.lookup)
     metrics = HttpMetrics(ctx.registry)
     app.state.ctx = ctx
     app.state.http_metrics = metrics
+    # Added first, so it runs inside the metrics middleware (whose timing then includes it).
+    app.add_middleware(PreAuthMiddleware, auth=ctx.auth)
     app.middleware("http")(metrics.middleware)
 
     @app.exception_handler(EttError)
@@ -59,13 +70,16 @@ def create_app(ctx: AppContext) -> FastAPI:
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
                             headers=exc.headers)
 
-    s = ctx.settings
     limits = ingest.IngestLimits(
         max_body_bytes=s.max_body_bytes,
         max_batch_events=s.max_batch_events,
         max_future_s=s.max_future_skew_s,
         max_age_s=s.max_event_age_days * 86400,
+        max_in_flight=s.ingest_max_in_flight,
+        max_in_flight_bytes=s.ingest_max_in_flight_bytes,
+        statement_timeout_ms=s.ingest_statement_timeout_ms,
     )
+    taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)
     app.include_router(
         ingest.build_router(
             ctx.engine,
@@ -73,6 +87,7 @@ def create_app(ctx: AppContext) -> FastAPI:
             limits,
             ctx.clock,
             on_outcome=lambda o: metrics.count_batch(o.accepted, o.duplicates, len(o.rejected)),
+            owner_of=taxonomy.team_of_model,
         )
     )
     app.include_router(health.build_router(ctx.engine))

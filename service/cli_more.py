@@ -6,6 +6,6 @@ from types import ModuleType
 
 
 def modules() -> list[ModuleType]:
-    from . import cli_aggregate, cli_alerts, cli_dashboards, demo, retention
+    from . import cli_aggregate, cli_alerts, cli_dashboards, cli_tokens, demo, retention
 
-    return [cli_aggregate, cli_alerts, cli_dashboards, demo, retention]
+    return [cli_aggregate, cli_alerts, cli_dashboards, cli_tokens, demo, retention]

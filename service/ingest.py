@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -12,8 +13,8 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from .auth import Authenticator, Principal
@@ -30,6 +31,41 @@ class IngestLimits:
     max_batch_events: int
     max_future_s: float
     max_age_s: float
+    max_in_flight: int = 32
+    max_in_flight_bytes: int = 64 * 1024 * 1024
+    statement_timeout_ms: int = 10_000
+
+
+class InFlightLimit:
+    """Admission control: at most so many ingest requests and body bytes in one process.
+
+    A burst beyond it gets 503 + Retry-After at once instead of queueing in memory. Only
+    touched from the event loop's thread, so plain counters need no lock.
+    """
+
+    RETRY_AFTER_S = 1
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self.requests = 0
+        self.bytes = 0
+
+    def admit(self) -> None:
+        if self.requests >= self.max_requests:
+            raise Unavailable(f"ingest is at its limit of {self.max_requests} concurrent"
+                              " requests; retry later", retry_after_s=self.RETRY_AFTER_S)
+        self.requests += 1
+
+    def charge(self, n: int) -> None:
+        if self.bytes + n > self.max_bytes:
+            raise Unavailable(f"ingest is at its limit of {self.max_bytes} bytes of request"
+                              " bodies in flight; retry later", retry_after_s=self.RETRY_AFTER_S)
+        self.bytes += n
+
+    def release(self, n_bytes: int) -> None:
+        self.requests -= 1
+        self.bytes -= n_bytes
 
 
 @dataclass
@@ -42,8 +78,13 @@ class BatchOutcome:
         return {"accepted": self.accepted, "duplicates": self.duplicates, "rejected": self.rejected}
 
 
-async def read_limited_body(request: Request, limit: int) -> bytes:
-    """Read the body, refusing as soon as it passes `limit` (chunked bodies included)."""
+async def read_limited_body(request: Request, limit: int,
+                            charge: Callable[[int], None] | None = None) -> bytearray:
+    """Read the body, refusing as soon as it passes `limit` (chunked bodies included).
+
+    Chunks go into one growing buffer (no list of chunks joined into a second copy), and each
+    is charged to `charge` (the in-flight byte budget) as it arrives.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -52,17 +93,17 @@ async def read_limited_body(request: Request, limit: int) -> bytes:
             raise BadRequest("Content-Length header is not a number") from None
         if declared_n > limit:
             raise PayloadTooLarge(f"body of {declared_n} bytes exceeds the limit of {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if charge is not None:
+            charge(len(chunk))
+        body += chunk
+    return body
 
 
-def parse_batch(body: bytes, max_events: int) -> list[Any]:
+def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     if not body:
         raise BadRequest("body is empty; send {\"events\": [...]}")
     try:
@@ -84,11 +125,17 @@ def parse_batch(body: bytes, max_events: int) -> list[Any]:
 
 
 def validate_batch(
-    raw: list[Any], principal: Principal, limits: IngestLimits, now: datetime
-) -> tuple[list[WireEvent], list[dict[str, Any]], int]:
-    """Split a batch into storable events (first copy of each id) and rejections."""
+    raw: list[Any], principal: Principal, limits: IngestLimits, now: datetime,
+    owner_of: Callable[[str], str | None] = lambda _model: None,
+) -> tuple[list[WireEvent], list[dict[str, Any]], int, list[str]]:
+    """Split a batch into storable events (first copy of each id) and rejections.
+
+    The last item lists the scope errors (model not allowed, team not this token's to claim),
+    so the caller can answer 403 for a batch that holds nothing this token may write.
+    """
     valid: list[WireEvent] = []
     rejected: list[dict[str, Any]] = []
+    forbidden: list[str] = []
     seen: set[str] = set()
     in_batch_duplicates = 0
     for index, obj in enumerate(raw):
@@ -100,33 +147,50 @@ def validate_batch(
             rejected.append({"index": index, "error": str(exc)})
             continue
         if not principal.may_write(event.model):
-            rejected.append(
-                {"index": index, "error": f"model: this token may not write model {event.model!r}"}
-            )
+            error = f"model: this token may not write model {event.model!r}"
+        else:
+            error = principal.team_claim_error(event.model, event.team, owner_of(event.model))
+        if error is not None:
+            rejected.append({"index": index, "error": error})
+            forbidden.append(error)
             continue
         if event.event_id in seen:
             in_batch_duplicates += 1
             continue
         seen.add(event.event_id)
         valid.append(event)
-    return valid, rejected, in_batch_duplicates
+    return valid, rejected, in_batch_duplicates, forbidden
 
 
-def store(engine: Engine, events: list[WireEvent]) -> int:
-    """Commit the events; return how many were new. Raise Unavailable if the DB is not there."""
+@contextmanager
+def db_unavailable(what: str) -> Iterator[None]:
+    """Turn "the database is not there (now)" into 503 + Retry-After; let bugs through."""
     try:
-        with engine.begin() as conn:
-            new_jobs = insert_events(conn, events)
-            mark_dirty(conn, new_jobs)
+        yield
     except PoolTimeout:
-        raise Unavailable("database connection pool exhausted; retry later") from None
-    except OperationalError as exc:
-        log.warning("ingest: database unavailable: %s", exc.orig)
-        raise Unavailable("database unavailable; retry later") from None
+        raise Unavailable(f"{what}: database connection pool exhausted; retry later") from None
+    except (OperationalError, InterfaceError) as exc:
+        # Refused or timed-out connects, a server shutting down, a statement timeout, a
+        # connection that died mid-transaction (the commit did not happen, or the client
+        # cannot know: a retry is a duplicate, which changes nothing).
+        log.warning("%s: database unavailable: %s", what, exc.orig)
+        raise Unavailable(f"{what}: database unavailable; retry later") from None
     except DBAPIError as exc:
         if exc.connection_invalidated:
-            raise Unavailable("database connection lost; retry later") from None
+            raise Unavailable(f"{what}: database connection lost; retry later") from None
         raise
+
+
+def store(engine: Engine, events: list[WireEvent], statement_timeout_ms: int = 0) -> int:
+    """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
+
+    Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
+    """
+    with db_unavailable("ingest"), engine.begin() as conn:
+        if statement_timeout_ms:
+            conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
+        new_jobs = insert_events(conn, events)
+        mark_dirty(conn, new_jobs)
     return len(new_jobs)
 
 
@@ -136,8 +200,10 @@ def build_router(
     limits: IngestLimits,
     clock: Callable[[], datetime],
     on_outcome: Callable[[BatchOutcome], None] | None = None,
+    owner_of: Callable[[str], str | None] = lambda _model: None,
 ) -> APIRouter:
     router = APIRouter()
+    in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes)
 
     @router.post(
         "/v1/events",
@@ -154,10 +220,27 @@ def build_router(
         principal = auth.authenticate(request.headers.get("authorization"))
         if principal.role == "reader":
             raise Forbidden("a reader token may not post events")
-        body = await read_limited_body(request, limits.max_body_bytes)
-        raw = parse_batch(body, limits.max_batch_events)
-        valid, rejected, batch_dups = validate_batch(raw, principal, limits, clock())
-        inserted = await run_in_threadpool(store, engine, valid) if valid else 0
+        in_flight.admit()
+        charged = 0
+
+        def charge(n: int) -> None:
+            nonlocal charged
+            in_flight.charge(n)
+            charged += n
+
+        try:
+            # No name keeps the body or the parsed batch alive past validation.
+            valid, rejected, batch_dups, forbidden = validate_batch(
+                parse_batch(await read_limited_body(request, limits.max_body_bytes, charge),
+                            limits.max_batch_events),
+                principal, limits, clock(), owner_of,
+            )
+            if not valid and forbidden:
+                raise Forbidden(_forbidden_summary(forbidden))
+            inserted = (await run_in_threadpool(store, engine, valid,
+                                                limits.statement_timeout_ms) if valid else 0)
+        finally:
+            in_flight.release(charged)
         outcome = BatchOutcome(
             accepted=inserted,
             duplicates=len(valid) - inserted + batch_dups,
@@ -173,6 +256,13 @@ def build_router(
                         media_type="application/json")
 
     return router
+
+
+def _forbidden_summary(errors: list[str]) -> str:
+    """403 detail for a batch with nothing this token may write: the distinct reasons."""
+    distinct = list(dict.fromkeys(e.partition(": ")[2] for e in errors))
+    more = f" (and {len(distinct) - 3} more)" if len(distinct) > 3 else ""
+    return "nothing in this batch may be written with this token: " + "; ".join(distinct[:3]) + more
 
 
 def utc_now() -> datetime:

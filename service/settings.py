@@ -34,9 +34,26 @@ class Settings(BaseSettings):
     db_pool_timeout_s: float = Field(default=5.0, gt=0)
     db_statement_timeout_ms: int = Field(default=30_000, ge=0)
 
+    ingest_max_in_flight: int = Field(
+        default=32, ge=1, description="concurrent POST /v1/events per process; more get 503"
+    )
+    ingest_max_in_flight_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024,
+        description="request-body bytes in flight per process; more get 503",
+    )
+    ingest_statement_timeout_ms: int = Field(
+        default=10_000, ge=0, description="an ingest transaction's statement timeout (0: none)"
+    )
+    token_cache_ttl_s: float = Field(
+        default=3.0, gt=0, le=60, description="token lookups cached this long (revocation delay)"
+    )
+    token_last_used_flush_s: float = Field(
+        default=10.0, gt=0, description="last-use times of tokens are written this often"
+    )
+
     log_level: str = "info"
     metrics_auth: bool = Field(
-        default=False, description="require a token on /metrics, /healthz and /readyz"
+        default=False, description="require a token (any role) on /metrics; probes stay open"
     )
 
     def admin_token_value(self) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     Double,
@@ -180,4 +181,21 @@ aggregator_state = Table(
     Column("key", Text, primary_key=True),
     Column("value", JSONB, nullable=False),
     Column("updated_at", TS, nullable=False, server_default=text("now()")),
+)
+
+# API tokens (issue 9). Only a SHA-256 of the secret is stored: the secret is 256 random
+# bits, so a fast hash is as safe as a slow one and lets a lookup use the unique index.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("token_id", Text, primary_key=True),
+    Column("secret_sha256", Text, nullable=False, unique=True),
+    Column("role", Text, nullable=False),
+    Column("team", Text),
+    Column("model_patterns", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    Column("note", Text),
+    Column("created_at", TS, nullable=False, server_default=text("now()")),
+    Column("last_used_at", TS),
+    Column("revoked_at", TS),
+    CheckConstraint("role IN ('admin', 'writer', 'reader')", name="ck_api_tokens_role"),
 )

@@ -72,7 +72,10 @@ def parse_rfc3339(value: Any, field: str) -> datetime:
         raise WireError(f"{field}: timestamp needs a UTC offset (for example 'Z' or '+00:00')")
     if "T" not in value and "t" not in value and " " not in value:
         raise WireError(f"{field}: timestamp needs a time of day, not only a date")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # year 1 with a positive offset, year 9999 with a negative one
+        raise WireError(f"{field}: {value[:64]!r} is out of range in UTC") from None
 
 
 def _int(value: Any, field: str, minimum: int) -> int:
