@@ -6,7 +6,7 @@ and recompiles, heartbeats, a failure and a release, on 8 GPUs. Input is shuffle
 2% duplicates, so ordering and de-duplication are part of the measured cost. The clock
 is read here, in the benchmark, never in the engine.
 
-    .venv/bin/python bench/bench_engine.py [--runs 7] [--events 10000]
+    python -m bench --only engine
 
 Prints the median, min and max of the runs and appends a record to
 bench/results/engine.json.
@@ -14,19 +14,14 @@ bench/results/engine.json.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import random
-import statistics
 import time
-from datetime import UTC, datetime
-from pathlib import Path
 
 from ett_core import Event, Taxonomy, compute_job
 
-RESULTS = Path(__file__).resolve().parent / "results" / "engine.json"
+from .common import fmt, record, spread
+
+NAME = "engine"
 SECOND = 1_000_000
 
 
@@ -88,12 +83,8 @@ def make_job(n_events: int, seed: int = 1) -> tuple[list[Event], int]:
     return delivered, t
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--events", type=int, default=10_000)
-    args = parser.parse_args()
-    events, now_us = make_job(args.events)
+def run(_pg: object, quick: bool, runs: int = 7, n_events: int = 10_000) -> dict:
+    events, now_us = make_job(n_events)
     taxonomy = Taxonomy.default()
 
     def once() -> float:
@@ -106,37 +97,13 @@ def main() -> None:
         return elapsed * 1000
 
     once()  # warm-up: imports and first-call allocation are not the steady state
-    timings = [once() for _ in range(args.runs)]
-    median = statistics.median(timings)
+    timings = spread([once() for _ in range(runs)], 2)
     comp = compute_job(events, taxonomy=taxonomy, now_us=now_us, heartbeat_timeout_us=600 * SECOND)
-    record = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "events": len(events),
-        "unique_events": args.events,
-        "segments": len(comp.segments),
-        "runs": args.runs,
-        "median_ms": round(median, 2),
-        "min_ms": round(min(timings), 2),
-        "max_ms": round(max(timings), 2),
-        "target_ms": 50,
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "processor": platform.machine(),
-            "cpus": os.cpu_count(),
-            "note": "shared 2-core dev machine",
-        },
-    }
-    print(
-        f"compute_job, {len(events)} events ({args.events} unique), {len(comp.segments)} segments: "
-        f"median {median:.1f} ms over {args.runs} runs (min {min(timings):.1f}, "
-        f"max {max(timings):.1f}); target < 50 ms"
-    )
-    history = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
-    history.append(record)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(history, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    figures = {"events": len(events), "unique_events": n_events,
+               "segments": len(comp.segments), "compute_job_ms": timings}
+    print(f"compute_job, {len(events)} events ({n_events} unique), {len(comp.segments)}"
+          f" segments: {fmt(timings, ' ms')}")
+    return record(NAME, quick, figures, [
+        (f"compute_job, one job of {n_events} events, < 50 ms median", fmt(timings, " ms"),
+         timings["median"] < 50),
+    ])

@@ -1,0 +1,65 @@
+"""`python -m bench [--quick] [--only NAME ...] [--fleet-models N] [--fleet-days D]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import traceback
+
+from . import aggregation, engine, ingest, reads, sdk, single
+from .common import Postgres
+
+# name -> (module, needs PostgreSQL)
+BENCHMARKS = {
+    "engine": (engine, False),
+    "sdk": (sdk, False),
+    "ingest_batch": (ingest, True),
+    "ingest_single": (single, True),
+    "aggregation": (aggregation, True),
+    "reads": (reads, True),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes and short runs (CI): checks the benchmarks run")
+    p.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
+                   help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    p.add_argument("--fleet-models", type=int, default=None,
+                   help="aggregation fleet size in models (default 500; quick 20)")
+    p.add_argument("--fleet-days", type=float, default=None,
+                   help="aggregation history in days (default 3; quick 1)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    names = args.only or list(BENCHMARKS)
+    pg = Postgres()
+    if any(BENCHMARKS[n][1] for n in names):
+        pg.start()
+    failed = []
+    try:
+        for name in names:
+            module, _ = BENCHMARKS[name]
+            print(f"== {name}{' (quick)' if args.quick else ''}", flush=True)
+            t0 = time.perf_counter()
+            try:
+                if name == "aggregation":
+                    module.run(pg, args.quick, models=args.fleet_models, days=args.fleet_days)
+                else:
+                    module.run(pg, args.quick)
+            except Exception:
+                traceback.print_exc()
+                failed.append(name)
+            print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+    finally:
+        pg.stop()
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

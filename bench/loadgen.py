@@ -1,0 +1,261 @@
+"""The load generator: a process of its own, so that building and sending requests never
+shares the server's interpreter. Bodies are built before the clock starts.
+
+    python -m bench.loadgen batch --url URL --token T --dsn DSN [--clients 4] ...
+    python -m bench.loadgen open --url URL --token T --rate 1000 --seconds 60
+
+Prints one JSON line with the measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import random
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from service.demo_fleet import FleetSpec, fleet_events
+
+COPY_COLUMNS = ("event_id", "ts", "job_id", "attempt", "model", "type", "phase", "gpus", "team",
+                "rank", "attrs", "extra")
+
+
+def template_events(n: int, seed: int = 11) -> list[dict[str, Any]]:
+    """`n` events of the demo fleet's shape from the last day (valid for ingest)."""
+    start = datetime.now(UTC) - timedelta(days=1)
+    spec = FleetSpec(models=50, seed=seed)
+    return [ev for _, ev in itertools.islice(fleet_events(spec, start), n)]
+
+
+class Ids:
+    """Unique event ids, fast (random 128-bit ints; never the same twice in a run)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+
+def http_bodies(template: list[dict[str, Any]], batches: int, size: int, ids: Ids) -> list[bytes]:
+    out = []
+    it = itertools.cycle(template)
+    for _ in range(batches):
+        out.append(orjson.dumps({"events": [{**next(it), "event_id": ids()}
+                                            for _ in range(size)]}))
+    return out
+
+
+def _copy_field(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if isinstance(value, dict):
+        value = orjson.dumps(value).decode()
+    return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+
+def copy_payloads(template: list[dict[str, Any]], batches: int, size: int,
+                  ids: Ids) -> list[bytes]:
+    """The same events as COPY text, one payload per batch."""
+    out = []
+    it = itertools.cycle(template)
+    for _ in range(batches):
+        lines = []
+        for _ in range(size):
+            ev = {**next(it), "event_id": ids()}
+            lines.append("\t".join(_copy_field(ev.get(c)) for c in COPY_COLUMNS))
+        out.append(("\n".join(lines) + "\n").encode())
+    return out
+
+
+class Conn:
+    """A minimal HTTP/1.1 keep-alive client (less client CPU than any library)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.head = (f"POST /v1/events HTTP/1.1\r\nHost: {self.host}\r\n"
+                     f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n")
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(f"{self.head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        data = await self.reader.readexactly(length) if length else b""
+        return status, data
+
+
+async def send_batches(url: str, token: str, bodies: list[bytes], clients: int
+                       ) -> tuple[float, int, int]:
+    """Send every body from `clients` connections; return (seconds, accepted, errors)."""
+    queue = list(reversed(bodies))
+    accepted = errors = 0
+
+    async def client() -> None:
+        nonlocal accepted, errors
+        conn = Conn(url, token)
+        while queue:
+            status, data = await conn.post(queue.pop())
+            if status == 202:
+                accepted += orjson.loads(data)["accepted"]
+            else:
+                errors += 1
+        if conn.writer is not None:
+            conn.writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return time.perf_counter() - t0, accepted, errors
+
+
+def copy_batches(dsn: str, payloads: list[bytes], clients: int) -> float:
+    """COPY each payload in its own transaction from `clients` connections."""
+    import psycopg
+
+    queue = list(reversed(payloads))
+    lock = threading.Lock()
+    conns = [psycopg.connect(dsn) for _ in range(clients)]
+    sql = f"COPY events ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+
+    def work(conn: psycopg.Connection) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                payload = queue.pop()
+            with conn.transaction(), conn.cursor() as cur, cur.copy(sql) as copy:
+                copy.write(payload)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in conns]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        c.close()
+    return elapsed
+
+
+def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
+    template = template_events(5000)
+    ids = Ids(args.seed)
+    per_run = args.batches
+    http = [http_bodies(template, per_run, args.size, ids) for _ in range(args.runs)]
+    copies = [copy_payloads(template, per_run, args.size, ids) for _ in range(args.runs)]
+    warm = http_bodies(template, 3, args.size, ids)
+    asyncio.run(send_batches(args.url, args.token, warm, args.clients))
+    http_rates, copy_rates, errors = [], [], 0
+    for run in range(args.runs):  # interleaved: both see the same table size and load
+        copy_s = copy_batches(args.dsn, copies[run], args.clients)
+        copy_rates.append(per_run * args.size / copy_s)
+        http_s, accepted, errs = asyncio.run(send_batches(args.url, args.token, http[run],
+                                                          args.clients))
+        errors += errs
+        if accepted != per_run * args.size:
+            errors += 1
+        http_rates.append(per_run * args.size / http_s)
+    return {"http_events_per_s": http_rates, "copy_events_per_s": copy_rates,
+            "errors": errors, "batch_size": args.size, "batches_per_run": per_run,
+            "clients": args.clients}
+
+
+async def open_loop(url: str, token: str, bodies: list[bytes], rate: float,
+                    conns: int) -> tuple[list[float], list[float], int]:
+    """Send body i at t0 + i/rate whatever happened before (open loop). Latency counts from
+    the scheduled time, so a stalled server cannot hide its queue (no coordinated omission).
+    Returns (scheduled offsets, latencies in seconds, errors)."""
+    free: asyncio.Queue[Conn] = asyncio.Queue()
+    for _ in range(conns):
+        free.put_nowait(Conn(url, token))
+    offsets = [i / rate for i in range(len(bodies))]
+    latencies = [0.0] * len(bodies)
+    errors = 0
+    loop = asyncio.get_running_loop()
+    tasks = []
+
+    async def one(i: int, due: float) -> None:
+        nonlocal errors
+        conn = await free.get()
+        try:
+            status, _ = await conn.post(bodies[i])
+            if status != 202:
+                errors += 1
+        except (OSError, asyncio.IncompleteReadError):
+            errors += 1
+            conn = Conn(url, token)
+        finally:
+            free.put_nowait(conn)
+        latencies[i] = loop.time() - due
+
+    t0 = loop.time() + 0.05
+    for i, off in enumerate(offsets):
+        due = t0 + off
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i, due)))
+    await asyncio.gather(*tasks)
+    return offsets, latencies, errors
+
+
+def cmd_open(args: argparse.Namespace) -> dict[str, Any]:
+    template = template_events(5000)
+    ids = Ids(args.seed)
+    n = int(args.rate * args.seconds)
+    it = itertools.cycle(template)
+    bodies = [orjson.dumps({"events": [{**next(it), "event_id": ids()}]}) for _ in range(n)]
+    warm = [orjson.dumps({"events": [{**next(it), "event_id": ids()}]}) for _ in range(200)]
+    asyncio.run(open_loop(args.url, args.token, warm, min(args.rate, 200), args.conns))
+    t0 = time.perf_counter()
+    offsets, lat, errors = asyncio.run(open_loop(args.url, args.token, bodies, args.rate,
+                                                 args.conns))
+    wall = time.perf_counter() - t0
+    return {"offsets_s": [round(o, 4) for o in offsets],
+            "latencies_ms": [round(x * 1000, 3) for x in lat],
+            "errors": errors, "wall_s": wall, "requests": n}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("batch")
+    b.add_argument("--dsn", required=True)
+    b.add_argument("--clients", type=int, default=4)
+    b.add_argument("--batches", type=int, default=40)
+    b.add_argument("--size", type=int, default=1000)
+    b.add_argument("--runs", type=int, default=5)
+    o = sub.add_parser("open")
+    o.add_argument("--rate", type=float, default=1000)
+    o.add_argument("--seconds", type=float, default=60)
+    o.add_argument("--conns", type=int, default=64)
+    for s in (b, o):
+        s.add_argument("--url", required=True)
+        s.add_argument("--token", required=True)
+        s.add_argument("--seed", type=int, default=random.SystemRandom().randrange(1 << 30))
+    args = p.parse_args()
+    result = cmd_batch(args) if args.cmd == "batch" else cmd_open(args)
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()
