@@ -57,6 +57,13 @@ def _replicate(url: str, now: datetime, days: int, window_days: int = 28) -> int
                     " attempt, start_at - :shift, end_at - :shift, gpus, model, team,"
                     " component, phase, owner, settled FROM segments WHERE hour = :h"),
                     {"k": k, "shift": shift, "h": edge + shift})
+        # The daily rollup is the hourly one summed by UTC day (what the aggregator keeps).
+        conn.execute(text("TRUNCATE fleet_daily"))
+        conn.execute(text(
+            "INSERT INTO fleet_daily SELECT date_trunc('day', hour, 'UTC'), model, team,"
+            " component, phase, owner, sum(settled_gpu_us), sum(unsettled_gpu_us)"
+            " FROM fleet_hourly GROUP BY 1, 2, 3, 4, 5, 6"))
+        conn.execute(text("ANALYZE fleet_daily"))
         conn.execute(text("ANALYZE fleet_hourly"))
         conn.execute(text("ANALYZE segments"))
         rows = conn.execute(text("SELECT count(*) FROM fleet_hourly")).scalar_one()

@@ -1,11 +1,12 @@
-"""SQL for the read API. Windows are exactly [start, end): whole hours come from the fleet
-rollup, the partial hours at either edge from the hour-clipped segments, clipped again to
-the window, so no window is ever widened or shrunk to the data inside it."""
+"""SQL for the read API. Windows are exactly [start, end): whole days come from the daily
+fleet rollup, the whole hours around them from the hourly one, and the partial hours at
+either edge from the hour-clipped segments, clipped again to the window, so no window is
+ever widened or shrunk to the data inside it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -13,6 +14,7 @@ from sqlalchemy import Connection, text
 GROUP_COLUMNS = ("model", "team", "component", "phase", "owner")
 FILTER_COLUMNS = ("model", "team", "owner")
 HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 
 
 def floor_hour(ts: datetime) -> datetime:
@@ -22,6 +24,15 @@ def floor_hour(ts: datetime) -> datetime:
 def ceil_hour(ts: datetime) -> datetime:
     floor = floor_hour(ts)
     return floor if floor == ts else floor + HOUR
+
+
+def floor_day(ts: datetime) -> datetime:
+    return ts.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def ceil_day(ts: datetime) -> datetime:
+    floor = floor_day(ts)
+    return floor if floor == ts else floor + DAY
 
 
 def _where(filters: dict[str, str | None], exclude_components: Sequence[str]) -> tuple[str, dict]:
@@ -55,12 +66,28 @@ def window_rows(
     where, params = _where(filters or {}, exclude_components)
     params.update(start=start, end=end)
     hs, he = ceil_hour(start), floor_hour(end)
+    ds, de = ceil_day(start), floor_day(end)
     parts: list[str] = []
-    if hs < he:
-        params.update(hs=hs, he=he)
+    hour_ranges: list[tuple[datetime, datetime]] = []
+    if ds < de:
+        params.update(ds=ds, de=de)
         parts.append(
             f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
-            f" AS unsettled FROM fleet_hourly WHERE hour >= :hs AND hour < :he{where}"
+            f" AS unsettled FROM fleet_daily WHERE day >= :ds AND day < :de{where}"
+            f" GROUP BY {select_cols}"
+        )
+        hour_ranges = [(hs, ds), (de, he)]
+    elif hs < he:
+        hour_ranges = [(hs, he)]
+    hour_ranges = [(a, b) for a, b in hour_ranges if a < b]
+    if hour_ranges:
+        ranges = []
+        for i, (a, b) in enumerate(hour_ranges):
+            params.update({f"h{i}a": a, f"h{i}b": b})
+            ranges.append(f"(hour >= :h{i}a AND hour < :h{i}b)")
+        parts.append(
+            f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
+            f" AS unsettled FROM fleet_hourly WHERE ({' OR '.join(ranges)}){where}"
             f" GROUP BY {select_cols}"
         )
     partial = sorted({h for h in (floor_hour(start), floor_hour(end))

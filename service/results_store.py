@@ -144,36 +144,22 @@ def delete_job_rows(conn: Connection, job_ids: Sequence[str]) -> None:
         conn.execute(text(f"DELETE FROM {table} WHERE job_id = ANY(:ids)"), params)
 
 
-def _pg_array(values: Sequence[Any]) -> str:
-    # Array-valued columns cannot ride through unnest (it flattens 2-D arrays), so they
-    # travel as array literals and are cast back in the select list.
-    return "{" + ",".join(orjson.dumps(v).decode() for v in values) + "}"
-
-
-def _unnest_insert(conn: Connection, table: str, columns: dict[str, str],
-                   rows: list[tuple[Any, ...]]) -> None:
+def _bulk_insert(conn: Connection, table: str, columns: dict[str, str],
+                 rows: list[tuple[Any, ...]]) -> None:
+    """One INSERT per table: the rows travel as one JSON document (serialised by orjson, in
+    C) and are unpacked by json_to_recordset. Binding an array per column spent most of
+    the time in psycopg's pure-Python array dumpers (docs/performance.md)."""
     if not rows:
         return
     names = list(columns)
-    arrays: dict[str, list[Any]] = {}
-    casts, selects = [], []
-    for i, name in enumerate(names):
-        pg_type = columns[name]
-        if pg_type.endswith("[]"):
-            arrays[f"a{i}"] = [_pg_array(row[i]) for row in rows]
-            casts.append(f"CAST(:a{i} AS text[])")
-            selects.append(f"CAST(c{i} AS {pg_type})")
-        else:
-            arrays[f"a{i}"] = [row[i] for row in rows]
-            casts.append(f"CAST(:a{i} AS {pg_type}[])")
-            selects.append(f"c{i}")
-    aliases = ", ".join(f"c{i}" for i in range(len(names)))
+    payload = orjson.dumps([dict(zip(names, row, strict=True)) for row in rows])
+    types = ", ".join(f"{n} {t}" for n, t in columns.items())
     conn.execute(
         text(
-            f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(selects)}"
-            f" FROM unnest({', '.join(casts)}) AS u({aliases})"
+            f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)}"
+            f" FROM json_to_recordset(CAST(:rows AS json)) AS u({types})"
         ),
-        arrays,
+        {"rows": payload.decode()},
     )
 
 
@@ -228,9 +214,9 @@ def insert_job_results(
             res.level1.tts_us / 1e6 if tts_known else None,
             [t / 1e6 for t in res.level1.ttr_us], list(res.level1.ttr_causes),
             res.diagnostics.unknown_phase_events,
-            orjson.dumps(res.to_wire()).decode(), now,
+            res.to_wire(), now,
         ))
-    _unnest_insert(conn, "jobs", {
+    _bulk_insert(conn, "jobs", {
         "job_id": "text", "model": "text", "team": "text", "state": "text",
         "first_at": "timestamptz", "last_at": "timestamptz", "open": "boolean",
         "held_gpu_seconds": "float8", "effective_gpu_seconds": "float8",
@@ -239,70 +225,73 @@ def insert_job_results(
         "result": "jsonb",
         "computed_at": "timestamptz",
     }, job_rows)
-    _unnest_insert(conn, "attempts", {
+    _bulk_insert(conn, "attempts", {
         "job_id": "text", "attempt": "int", "allocated_at": "timestamptz",
         "released_at": "timestamptz", "gpus": "int", "end_cause": "text",
         "held_seconds": "float8", "startup_seconds": "float8",
     }, attempt_rows)
-    _unnest_insert(conn, "segments", {
+    _bulk_insert(conn, "segments", {
         "job_id": "text", "seq": "int", "hour": "timestamptz", "attempt": "int",
         "start_at": "timestamptz", "end_at": "timestamptz", "gpus": "int", "model": "text",
         "team": "text", "component": "text", "phase": "text", "owner": "text",
         "settled": "boolean",
     }, segment_rows)
-    _unnest_insert(conn, "rollup_hourly", {
+    _bulk_insert(conn, "rollup_hourly", {
         "job_id": "text", "hour": "timestamptz", "model": "text", "team": "text",
         "component": "text", "phase": "text", "owner": "text", "settled_gpu_us": "bigint",
         "unsettled_gpu_us": "bigint",
     }, rollup_rows)
 
 
-def apply_deltas(conn: Connection, deltas: Deltas) -> None:
-    """Add the net deltas to the shared rollups, in key order.
+def _bulk_add(conn: Connection, table: str, keys: dict[str, str], values: tuple[str, ...],
+              rows: list[tuple[Any, ...]]) -> None:
+    """Add `values` to the rows at `keys` (creating them), in key order.
 
     Two aggregators touching the same rows lock them in the same order, so they queue
     behind each other instead of deadlocking.
     """
-    fleet = sorted((k, v) for k, v in deltas.fleet.items() if v[0] or v[1])
-    if fleet:
-        conn.execute(
-            text(
-                """
-                INSERT INTO fleet_hourly AS f (hour, model, team, component, phase, owner,
-                                               settled_gpu_us, unsettled_gpu_us)
-                SELECT * FROM unnest(CAST(:h AS timestamptz[]), CAST(:m AS text[]),
-                    CAST(:t AS text[]), CAST(:c AS text[]), CAST(:p AS text[]),
-                    CAST(:o AS text[]), CAST(:s AS bigint[]), CAST(:u AS bigint[]))
-                ON CONFLICT (hour, model, team, component, phase, owner) DO UPDATE
-                SET settled_gpu_us = f.settled_gpu_us + EXCLUDED.settled_gpu_us,
-                    unsettled_gpu_us = f.unsettled_gpu_us + EXCLUDED.unsettled_gpu_us
-                """
-            ),
-            {
-                "h": [us_to_dt(k[0]) for k, _ in fleet], "m": [k[1] for k, _ in fleet],
-                "t": [k[2] for k, _ in fleet], "c": [k[3] for k, _ in fleet],
-                "p": [k[4] for k, _ in fleet], "o": [k[5] for k, _ in fleet],
-                "s": [v[0] for _, v in fleet], "u": [v[1] for _, v in fleet],
-            },
-        )
-    totals = sorted((k, v) for k, v in deltas.totals.items() if v)
-    if totals:
-        conn.execute(
-            text(
-                """
-                INSERT INTO settled_totals AS s (model, team, component, owner, settled_gpu_us)
-                SELECT * FROM unnest(CAST(:m AS text[]), CAST(:t AS text[]),
-                    CAST(:c AS text[]), CAST(:o AS text[]), CAST(:v AS bigint[]))
-                ON CONFLICT (model, team, component, owner) DO UPDATE
-                SET settled_gpu_us = s.settled_gpu_us + EXCLUDED.settled_gpu_us
-                """
-            ),
-            {
-                "m": [k[0] for k, _ in totals], "t": [k[1] for k, _ in totals],
-                "c": [k[2] for k, _ in totals], "o": [k[3] for k, _ in totals],
-                "v": [v for _, v in totals],
-            },
-        )
+    if not rows:
+        return
+    columns = {**keys, **dict.fromkeys(values, "bigint")}
+    names = list(columns)
+    payload = orjson.dumps([dict(zip(names, row, strict=True)) for row in sorted(rows)])
+    key_list = ", ".join(keys)
+    conn.execute(
+        text(
+            f"INSERT INTO {table} AS t ({', '.join(names)}) SELECT {', '.join(names)}"
+            f" FROM json_to_recordset(CAST(:rows AS json))"
+            f" AS u({', '.join(f'{n} {t}' for n, t in columns.items())}) ORDER BY {key_list}"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET "
+            + ", ".join(f"{v} = t.{v} + EXCLUDED.{v}" for v in values)
+        ),
+        {"rows": payload.decode()},
+    )
+
+
+_LABELS = {"model": "text", "team": "text", "component": "text", "phase": "text",
+           "owner": "text"}
+_GPU_US = ("settled_gpu_us", "unsettled_gpu_us")
+DAY_US = 24 * HOUR_US
+
+
+def apply_deltas(conn: Connection, deltas: Deltas) -> None:
+    """Add the net deltas of the replaced jobs to the shared rollups."""
+    hourly: list[tuple[Any, ...]] = []
+    daily: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
+    for (hour, *labels), (settled, unsettled) in deltas.fleet.items():
+        if settled or unsettled:
+            hourly.append((us_to_dt(hour), *labels, settled, unsettled))
+            cell = daily[(hour - hour % DAY_US, *labels)]
+            cell[0] += settled
+            cell[1] += unsettled
+    _bulk_add(conn, "fleet_hourly", {"hour": "timestamptz", **_LABELS}, _GPU_US, hourly)
+    _bulk_add(conn, "fleet_daily", {"day": "timestamptz", **_LABELS}, _GPU_US,
+              [(us_to_dt(day), *labels, s, u) for (day, *labels), (s, u) in daily.items()
+               if s or u])
+    totals = [(*k, v) for k, v in deltas.totals.items() if v]
+    _bulk_add(conn, "settled_totals",
+              {"model": "text", "team": "text", "component": "text", "owner": "text"},
+              ("settled_gpu_us",), totals)
 
 
 def consume_dirty(conn: Connection, seqs: Sequence[int]) -> None:

@@ -45,6 +45,8 @@ def results_state(engine) -> dict[str, list]:
         "rollup": "SELECT * FROM rollup_hourly ORDER BY job_id, hour, component, phase, owner",
         "fleet": "SELECT * FROM fleet_hourly WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
                  " ORDER BY hour, model, team, component, phase, owner",
+        "daily": "SELECT * FROM fleet_daily WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
+                 " ORDER BY day, model, team, component, phase, owner",
         "totals": "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0"
                   " ORDER BY model, team, component, owner",
     }
@@ -55,7 +57,7 @@ def results_state(engine) -> dict[str, list]:
 def wipe_results(engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE jobs, attempts, segments, rollup_hourly, fleet_hourly,"
-                          " settled_totals"))
+                          " fleet_daily, settled_totals"))
 
 
 def demo_events(models: int = 6, hours: float = 30, seed: int = 3) -> list[dict]:
@@ -187,6 +189,14 @@ def _job_ids(api) -> list[str]:
         # [10, 130): spans whole hours (01:00-02:00) and two partial edges.
         (10, 130, {"held": 117, "compilation": 15, "effective_training": 62,
                    "wasted_training": 30, "unattributed": 2, "initialization": 8}),
+        # [-90, 1515): a whole UTC day (Nov 1) with ragged hours and minutes on both sides.
+        (-90, 1515, {"held": 160, "scheduling": 2, "initialization": 16, "compilation": 15,
+                     "effective_training": 90, "wasted_training": 30, "shutdown": 5,
+                     "unattributed": 2}),
+        # [30, 2910): from inside Nov 1 to inside Nov 3: partial day, whole day, partial day.
+        (30, 2910, {"held": 130, "compilation": 5, "effective_training": 80,
+                    "wasted_training": 30, "initialization": 8, "shutdown": 5,
+                    "unattributed": 2}),
     ],
 )
 def test_windows_count_only_the_part_inside_them(api, agg, start_min, end_min,

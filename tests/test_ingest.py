@@ -75,7 +75,7 @@ def _future(minutes: float) -> str:
         ({"event_id": 7}, "event_id: must be a UUID string"),
         ({"ts": "yesterday"}, "ts: 'yesterday' is not an RFC 3339 timestamp"),
         ({"ts": "2026-11-01T10:00:00"}, "ts: timestamp needs a UTC offset"),
-        ({"ts": _future(10)}, "s ahead of the server clock (limit 300 s)"),
+        ({"ts": "10 minutes from now"}, "s ahead of the server clock (limit 300 s)"),
         ({"ts": "2001-01-01T00:00:00Z"}, "ts: 2001-01-01T00:00:00Z is older than the retention"),
         ({"job_id": ""}, "job_id: must be 1-200 characters"),
         ({"job_id": "a b"}, "job_id: must be 1-200 characters"),
@@ -104,6 +104,8 @@ def _future(minutes: float) -> str:
 def test_each_invalid_field_is_rejected_with_a_message_naming_it(api, change, message) -> None:
     ev = event("heartbeat", 1)
     ev.update(change)
+    if ev["ts"] == "10 minutes from now":  # resolved now, not when the suite was collected
+        ev["ts"] = _future(10)
     r = api.post("/v1/events", json={"events": [ev]})
     assert r.status_code == 202
     body = r.json()

@@ -67,7 +67,10 @@ def _compilation_alerts(sink: WebhookSink, status: str) -> list[dict]:
 
 def test_a_compilation_regression_pages_the_compiler_team_only_and_resolves(
         service_factory, tmp_path) -> None:
-    svc = service_factory(extra_env={"ETT_AGGREGATE_INTERVAL_S": "2"})
+    # A long heartbeat timeout: the regressed fleet's jobs, silenced when the regression is
+    # cleared, must not turn into lost attempts (failures: reliability's SLO) mid-test.
+    svc = service_factory(extra_env={"ETT_AGGREGATE_INTERVAL_S": "2",
+                                     "ETT_HEARTBEAT_TIMEOUT_S": "7200"})
     sink = WebhookSink()
     rules = tmp_path / "rules"
     _ett("rules", "--window-scale", str(1 / SCALE), "--min-window", "30s",
