@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+from psycopg.types.json import set_json_loads
 from sqlalchemy import Connection, text
 
 from ett_core import Event, JobComputation
@@ -90,17 +91,21 @@ def dirty_seqs(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]
     return [(r[0], r[1]) for r in rows]
 
 
+_LOAD_EVENTS = """
+    SELECT event_id::text, (extract(epoch FROM ts) * 1000000)::bigint, job_id, attempt,
+           model, type, phase, gpus, team, rank, attrs
+    FROM events WHERE job_id = ANY(%(ids)s) ORDER BY job_id, ts
+"""
+
+
 def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Event]]:
-    rows = conn.execute(
-        text(
-            """
-            SELECT event_id::text, (extract(epoch FROM ts) * 1000000)::bigint, job_id, attempt,
-                   model, type, phase, gpus, team, rank, attrs
-            FROM events WHERE job_id = ANY(:ids) ORDER BY job_id, ts
-            """
-        ),
-        {"ids": list(job_ids)},
-    )
+    # The hottest read of a pass: a plain psycopg cursor (no per-row SQLAlchemy Row) with
+    # orjson for the attrs, in the caller's transaction (same DBAPI connection).
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        set_json_loads(orjson.loads, cur)
+        cur.execute(_LOAD_EVENTS, {"ids": list(job_ids)})
+        rows = cur.fetchall()
     out: dict[str, list[Event]] = defaultdict(list)
     for eid, ts_us, job_id, attempt, model, etype, phase, gpus, team, rank, attrs in rows:
         out[job_id].append(
