@@ -60,6 +60,6 @@ def configure_logging(level: str) -> None:
         stream=sys.stderr,
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
     )
-    # Both are chatty at INFO about routine start-up steps.
-    for noisy in ("pgserver", "alembic"):
+    # Chatty at INFO: start-up steps, and a line per request the demo fleet posts.
+    for noisy in ("pgserver", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
