@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import random
 import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -88,10 +90,13 @@ class Conn:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, body: bytes) -> tuple[int, bytes]:
+    async def connect(self) -> None:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
+
+    async def post(self, body: bytes) -> tuple[int, bytes]:
+        await self.connect()
+        assert self.reader is not None and self.writer is not None
         self.writer.write(f"{self.head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
@@ -108,10 +113,11 @@ async def send_batches(url: str, token: str, bodies: list[bytes], clients: int
     """Send every body from `clients` connections; return (seconds, accepted, errors)."""
     queue = list(reversed(bodies))
     accepted = errors = 0
+    conns = [Conn(url, token) for _ in range(clients)]
+    await asyncio.gather(*(c.connect() for c in conns))  # before the clock starts
 
-    async def client() -> None:
+    async def client(conn: Conn) -> None:
         nonlocal accepted, errors
-        conn = Conn(url, token)
         while queue:
             status, data = await conn.post(queue.pop())
             if status == 202:
@@ -122,7 +128,7 @@ async def send_batches(url: str, token: str, bodies: list[bytes], clients: int
             conn.writer.close()
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(c) for c in conns))
     return time.perf_counter() - t0, accepted, errors
 
 
@@ -180,28 +186,35 @@ def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def open_loop(url: str, token: str, bodies: list[bytes], rate: float,
-                    conns: int) -> tuple[list[float], list[float], int]:
+                    conns: int) -> tuple[list[float], list[float], Counter[str], list[float]]:
     """Send body i at t0 + i/rate whatever happened before (open loop). Latency counts from
     the scheduled time, so a stalled server cannot hide its queue (no coordinated omission).
-    Returns (scheduled offsets, latencies in seconds, errors)."""
+    Returns (scheduled offsets, latencies in seconds, errors by status or exception, the
+    scheduled offsets of the failed requests)."""
     free: asyncio.Queue[Conn] = asyncio.Queue()
-    for _ in range(conns):
-        free.put_nowait(Conn(url, token))
+    ready = [Conn(url, token) for _ in range(conns)]
+    # Connected before the clock starts: the queue hands them out in turn, so connecting
+    # lazily made the first `conns` requests of the run each open a connection at once.
+    await asyncio.gather(*(c.connect() for c in ready))
+    for conn in ready:
+        free.put_nowait(conn)
     offsets = [i / rate for i in range(len(bodies))]
     latencies = [0.0] * len(bodies)
-    errors = 0
+    errors: Counter[str] = Counter()
+    failed_at: list[float] = []
     loop = asyncio.get_running_loop()
     tasks = []
 
     async def one(i: int, due: float) -> None:
-        nonlocal errors
         conn = await free.get()
         try:
             status, _ = await conn.post(bodies[i])
             if status != 202:
-                errors += 1
-        except (OSError, asyncio.IncompleteReadError):
-            errors += 1
+                errors[str(status)] += 1
+                failed_at.append(offsets[i])
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            errors[type(exc).__name__] += 1
+            failed_at.append(offsets[i])
             conn = Conn(url, token)
         finally:
             free.put_nowait(conn)
@@ -215,7 +228,10 @@ async def open_loop(url: str, token: str, bodies: list[bytes], rate: float,
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(i, due)))
     await asyncio.gather(*tasks)
-    return offsets, latencies, errors
+    for conn in ready:
+        if conn.writer is not None:
+            conn.writer.close()
+    return offsets, latencies, errors, failed_at
 
 
 def cmd_open(args: argparse.Namespace) -> dict[str, Any]:
@@ -226,13 +242,21 @@ def cmd_open(args: argparse.Namespace) -> dict[str, Any]:
     bodies = [orjson.dumps({"events": [{**next(it), "event_id": ids()}]}) for _ in range(n)]
     warm = [orjson.dumps({"events": [{**next(it), "event_id": ids()}]}) for _ in range(200)]
     asyncio.run(open_loop(args.url, args.token, warm, min(args.rate, 200), args.conns))
+    # The generator's own full GC passes (its heap holds every body and, by the end, every
+    # finished task) stalled it for tens of milliseconds, then it sent what had fallen due
+    # in one burst: no collection while the clock runs.
+    gc.collect()
+    gc.disable()
     t0 = time.perf_counter()
-    offsets, lat, errors = asyncio.run(open_loop(args.url, args.token, bodies, args.rate,
-                                                 args.conns))
+    offsets, lat, errors, failed_at = asyncio.run(
+        open_loop(args.url, args.token, bodies, args.rate, args.conns))
     wall = time.perf_counter() - t0
+    gc.enable()
     return {"offsets_s": [round(o, 4) for o in offsets],
             "latencies_ms": [round(x * 1000, 3) for x in lat],
-            "errors": errors, "wall_s": wall, "requests": n}
+            "errors": sum(errors.values()), "errors_by_kind": dict(errors),
+            "error_offsets_s": [round(o, 3) for o in failed_at[:1000]], "wall_s": wall,
+            "requests": n}
 
 
 def main() -> None:

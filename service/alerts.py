@@ -95,9 +95,10 @@ STALE_RECORD = "ett_slo:pipeline_stale:bool"
 
 
 def _stale_query(slo: Slo) -> str:
-    # A missing timestamp counts as stale: a dead exporter must not look fresh.
-    return (f"(time() - max({LAST_SUCCESS}) > bool {slo.max_age_seconds:g}) "
-            f"or on() vector(1)")
+    # A missing timestamp is the absent-data alert's case (it pages for this SLO). Counting
+    # it as stale here would page on every Prometheus restart: the first evaluation runs
+    # before the first scrape, and a short window holding that one sample reads 100%.
+    return f"time() - max({LAST_SUCCESS}) > bool {slo.max_age_seconds:g}"
 
 
 def quantile_query(slo: Slo, window: str, by_team: bool = False) -> str:

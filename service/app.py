@@ -21,7 +21,8 @@ from . import __version__, admin_api, health, ingest, read_api
 from .aggregate import Aggregator
 from .auth import Authenticator, PreAuthMiddleware
 from .errors import EttError
-from .http_metrics import HttpMetrics
+from .http_metrics import HttpMetrics, MetricsMiddleware
+from .ingest_pool import IngestPool
 from .settings import Settings
 from .tokens import TokenStore
 from .wire_schema import openapi_components
@@ -42,6 +43,9 @@ class AppContext:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     extra_routers: list[Any] = field(default_factory=list)
     token_store: TokenStore | None = None
+    # POST /v1/events stores through this one, on the event loop, when set (`ett serve`
+    # sets it); else through `engine` in a worker thread.
+    ingest_pool: IngestPool | None = None
 
 
 def create_app(ctx: AppContext) -> FastAPI:
@@ -57,13 +61,13 @@ def create_app(ctx: AppContext) -> FastAPI:
         # Tokens from `ett tokens create`, beside the bootstrap admin token.
         ctx.token_store = TokenStore(ctx.engine, cache_ttl_s=s.token_cache_ttl_s,
                                      last_used_flush_s=s.token_last_used_flush_s)
-        ctx.auth = ctx.auth.with_lookup(ctx.token_store.lookup)
+        ctx.auth = ctx.auth.with_lookup(ctx.token_store.lookup, peek=ctx.token_store.peek)
     metrics = HttpMetrics(ctx.registry)
     app.state.ctx = ctx
     app.state.http_metrics = metrics
     # Added first, so it runs inside the metrics middleware (whose timing then includes it).
     app.add_middleware(PreAuthMiddleware, auth=ctx.auth)
-    app.middleware("http")(metrics.middleware)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     @app.exception_handler(EttError)
     async def _ett_error(_request: Request, exc: EttError) -> JSONResponse:
@@ -88,6 +92,7 @@ def create_app(ctx: AppContext) -> FastAPI:
             ctx.clock,
             on_outcome=lambda o: metrics.count_batch(o.accepted, o.duplicates, len(o.rejected)),
             owner_of=taxonomy.team_of_model,
+            pool=ctx.ingest_pool,
         )
     )
     app.include_router(health.build_router(ctx.engine))

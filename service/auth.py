@@ -6,9 +6,11 @@ read. SPEC section 7: any valid token may read, so read scope is not narrowed by
 
 Tokens other than the bootstrap admin token (ETT_ADMIN_TOKEN) live in the token store
 (`service.tokens`), which may have to ask the database. Routes call `authenticate()` from
-the event loop, so `PreAuthMiddleware` resolves the header once per request in a worker
-thread first and leaves the answer where `authenticate()` finds it: a slow or absent
-database never blocks the loop, and shows as 503 (retry), never as 401 (drop).
+the event loop, so `PreAuthMiddleware` resolves the header once per request first and
+leaves the answer where `authenticate()` finds it. The bootstrap admin token and tokens in
+the store's cache are answered on the loop (no database, no thread); only a cache miss asks
+the database, in a worker thread: a slow or absent database never blocks the loop, and
+shows as 503 (retry), never as 401 (drop).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
 
 from .errors import EttError, Forbidden, Unauthorized
 
@@ -78,6 +79,10 @@ def bearer_token(header: str | None) -> str:
 # A lookup for tokens other than the bootstrap admin token (the token store plugs in here).
 # It returns None for an unknown or revoked token and raises Unavailable when it cannot tell.
 TokenLookup = Callable[[str], Principal | None]
+# The same answer when it needs no database (a cached valid token), else None: never blocks.
+TokenPeek = Callable[[str], Principal | None]
+
+_ENV_ADMIN = Principal(role="admin", token_id="env-admin")
 
 # The header this request's answer belongs to, and the answer (a principal or the error).
 _RESOLVED: ContextVar[tuple[str, Principal | EttError] | None] = ContextVar(
@@ -86,23 +91,34 @@ _RESOLVED: ContextVar[tuple[str, Principal | EttError] | None] = ContextVar(
 
 
 class Authenticator:
-    def __init__(self, admin_token: str | None, lookup: TokenLookup | None = None) -> None:
+    def __init__(self, admin_token: str | None, lookup: TokenLookup | None = None,
+                 peek: TokenPeek | None = None) -> None:
         self._admin_token = admin_token
         self._admin = admin_token.encode() if admin_token else None
         self._lookup = lookup
+        self._peek = peek
 
     @property
     def has_lookup(self) -> bool:
         return self._lookup is not None
 
-    def with_lookup(self, lookup: TokenLookup) -> Authenticator:
-        return Authenticator(self._admin_token, lookup)
+    def with_lookup(self, lookup: TokenLookup, peek: TokenPeek | None = None) -> Authenticator:
+        return Authenticator(self._admin_token, lookup, peek)
+
+    def resolve_now(self, header: str | None) -> Principal | None:
+        """`resolve()`'s answer when it needs no database, else None; never blocks."""
+        token = bearer_token(header)
+        if self._admin is not None and hmac.compare_digest(token.encode(), self._admin):
+            return _ENV_ADMIN
+        if self._lookup is None:
+            raise Unauthorized("invalid or revoked token")
+        return self._peek(token) if self._peek is not None else None
 
     def resolve(self, header: str | None) -> Principal:
         """Authenticate from scratch; may block on the token store (call it off the loop)."""
         token = bearer_token(header)
         if self._admin is not None and hmac.compare_digest(token.encode(), self._admin):
-            return Principal(role="admin", token_id="env-admin")
+            return _ENV_ADMIN
         if self._lookup is not None:
             principal = self._lookup(token)
             if principal is not None:
@@ -132,7 +148,12 @@ class Authenticator:
 
 
 class PreAuthMiddleware:
-    """Resolve the bearer token of /v1/ and /metrics requests in a worker thread."""
+    """Resolve the bearer token of /v1/ and /metrics requests before the route runs.
+
+    A plain ASGI middleware (Starlette's BaseHTTPMiddleware costs a task and a stream per
+    request). The answer is found on the loop when it needs no database (`resolve_now`),
+    else in a worker thread.
+    """
 
     PREFIXES = ("/v1/", "/metrics")
 
@@ -144,13 +165,15 @@ class PreAuthMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith(self.PREFIXES):
             await self.app(scope, receive, send)
             return
-        header = Headers(scope=scope).get("authorization")
+        header = _authorization(scope)
         if not header:
             await self.app(scope, receive, send)
             return
-        answer: Principal | EttError
+        answer: Principal | EttError | None
         try:
-            answer = await run_in_threadpool(self.auth.resolve, header)
+            answer = self.auth.resolve_now(header)
+            if answer is None:
+                answer = await run_in_threadpool(self.auth.resolve, header)
         except EttError as exc:
             answer = exc
         token = _RESOLVED.set((header, answer))
@@ -158,3 +181,11 @@ class PreAuthMiddleware:
             await self.app(scope, receive, send)
         finally:
             _RESOLVED.reset(token)
+
+
+def _authorization(scope: Any) -> str | None:
+    """The first Authorization header, as Starlette's `Headers.get` would return it."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return None

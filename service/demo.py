@@ -62,7 +62,9 @@ class Poster:
 
 
 def run_demo(base_url: str, token: str, opts: DemoOptions,
-             stop: threading.Event | None = None) -> Poster:
+             stop: threading.Event | None = None,
+             backfilled: threading.Event | None = None) -> Poster:
+    """Post the back-fill, then (with `live`) keep posting; `backfilled` is set between."""
     stop = stop or threading.Event()
     spec = FleetSpec(models=opts.models, seed=opts.seed, regressions=opts.regressions,
                      time_scale=opts.time_scale)
@@ -103,6 +105,8 @@ def run_demo(base_url: str, token: str, opts: DemoOptions,
         bar.n = bar.total
         bar.close()
     log.info("demo: back-filled %d events (%d duplicates)", poster.accepted, poster.duplicates)
+    if backfilled is not None:
+        backfilled.set()
     if not opts.live:
         return poster
     while not stop.is_set() and pending is not None:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from starlette.requests import Request
-from starlette.responses import Response
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -27,31 +25,54 @@ class HttpMetrics:
             ["outcome"],
             registry=registry,
         )
-        for outcome in ("accepted", "duplicate", "rejected"):
-            self.events.labels(outcome)
+        self._outcomes = tuple(self.events.labels(o) for o in ("accepted", "duplicate",
+                                                                "rejected"))
+        # Children by (method, route, status): `labels()` costs a lock and a tuple each time.
+        self._series: dict[tuple[str, str, int], Any] = {}
 
     def count_batch(self, accepted: int, duplicates: int, rejected: int) -> None:
-        self.events.labels("accepted").inc(accepted)
-        self.events.labels("duplicate").inc(duplicates)
-        self.events.labels("rejected").inc(rejected)
+        for child, n in zip(self._outcomes, (accepted, duplicates, rejected), strict=True):
+            child.inc(n)
 
-    async def middleware(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        key = (method, route, status)
+        child = self._series.get(key)
+        if child is None:
+            child = self._series[key] = self.requests.labels(method, route, str(status))
+        child.observe(seconds)
+
+
+class MetricsMiddleware:
+    """Time every HTTP request into `HttpMetrics` (a plain ASGI middleware: no
+    BaseHTTPMiddleware task and stream per request). The time runs until the last byte of
+    the response is handed to the server; a request that raised counts as status 500."""
+
+    def __init__(self, app: Any, metrics: HttpMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         start = time.perf_counter()
         status = 500
+
+        async def send_and_note(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
         try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
+            await self.app(scope, receive, send_and_note)
         finally:
-            self.requests.labels(request.method, _route_template(request), str(status)).observe(
-                time.perf_counter() - start
-            )
+            self.metrics.observe(scope["method"], _route_template(scope), status,
+                                 time.perf_counter() - start)
 
 
-def _route_template(request: Request) -> str:
+def _route_template(scope: Any) -> str:
     # Label by template, never by raw path: /v1/jobs/{job_id} must stay one series.
     # The router records the matched route in the scope it shares with the middleware.
-    route = request.scope.get("route")
+    route = scope.get("route")
     return getattr(route, "path", None) or "unmatched"

@@ -19,7 +19,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from .auth import Authenticator, Principal
 from .errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
-from .event_store import insert_events, mark_dirty
+from .event_store import store_events
+from .ingest_pool import IngestPool
 from .wire import WireError, WireEvent, validate_event
 
 log = logging.getLogger(__name__)
@@ -185,13 +186,12 @@ def store(engine: Engine, events: list[WireEvent], statement_timeout_ms: int = 0
     """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
 
     Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
+    `statement_timeout_ms` applies to this transaction only (`SET LOCAL`).
     """
     with db_unavailable("ingest"), engine.begin() as conn:
         if statement_timeout_ms:
             conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
-        new_jobs = insert_events(conn, events)
-        mark_dirty(conn, new_jobs)
-    return len(new_jobs)
+        return store_events(conn, events)
 
 
 def build_router(
@@ -201,7 +201,10 @@ def build_router(
     clock: Callable[[], datetime],
     on_outcome: Callable[[BatchOutcome], None] | None = None,
     owner_of: Callable[[str], str | None] = lambda _model: None,
+    pool: IngestPool | None = None,
 ) -> APIRouter:
+    """The ingest route. With `pool` (what `ett serve` passes) batches are stored on the
+    event loop; without it through `engine`, in a worker thread."""
     router = APIRouter()
     in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes)
 
@@ -237,8 +240,13 @@ def build_router(
             )
             if not valid and forbidden:
                 raise Forbidden(_forbidden_summary(forbidden))
-            inserted = (await run_in_threadpool(store, engine, valid,
-                                                limits.statement_timeout_ms) if valid else 0)
+            if pool is not None:
+                inserted = await pool.store(valid)
+            elif valid:
+                inserted = await run_in_threadpool(store, engine, valid,
+                                                   limits.statement_timeout_ms)
+            else:
+                inserted = 0
         finally:
             in_flight.release(charged)
         outcome = BatchOutcome(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import signal
 import threading
@@ -11,6 +13,7 @@ import uvicorn
 from . import migrate
 from .app import AppContext, create_app
 from .auth import Authenticator
+from .ingest_pool import IngestPool
 from .runtime import open_database
 from .settings import Settings
 from .wiring import build_aggregator
@@ -23,11 +26,19 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         migrate.upgrade(db.engine)
         if db.admin_token is None:
             log.warning("no ETT_ADMIN_TOKEN set: only tokens from the token store can be used")
+        ingest_pool = IngestPool(
+            # As many connections as the main engine may open (pool plus overflow).
+            db.url, size=2 * settings.db_pool_size, timeout_s=settings.db_pool_timeout_s,
+            # 0 means no ingest-specific timeout: the general one, as on the main engine.
+            statement_timeout_ms=(settings.ingest_statement_timeout_ms
+                                  or settings.db_statement_timeout_ms),
+        )
         ctx = AppContext(
             settings=settings,
             engine=db.engine,
             auth=Authenticator(db.admin_token),
             aggregator=build_aggregator(settings, db.engine),
+            ingest_pool=ingest_pool,
         )
         from . import serve_parts
 
@@ -60,6 +71,11 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         # uvicorn re-raises the signal that stopped it once it has drained; turning SIGTERM
         # into SystemExit lets the `finally` blocks stop the aggregator and the embedded DB.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        # Everything built so far lives as long as the process: keep it out of the cyclic
+        # GC's full collections, which otherwise scan it all and stalled the event loop for
+        # ~50 ms at a time (at 1000 requests/s a 50 ms stall is 50 requests in the queue).
+        gc.collect()
+        gc.freeze()
         try:
             server.run()
         finally:
@@ -68,6 +84,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
                 thread.join(timeout=15)
             if collector is not None:
                 collector.close()
+            asyncio.run(ingest_pool.close())
     return 0
 
 

@@ -193,6 +193,24 @@ class TokenStore:
         self._maybe_flush(now)
         return hit.principal
 
+    def peek(self, token: str) -> Principal | None:
+        """`lookup()`'s answer for a cached valid token, without the database; else None.
+
+        None also when the answer would touch the database: not cached, expired, cached as
+        invalid, or last-use times due to be written; the caller then calls `lookup()` off
+        the event loop. A hit records the use just as `lookup()` does.
+        """
+        digest = hash_token(token)
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(digest)
+            if hit is None or hit.expires <= now or hit.principal is None:
+                return None
+            if not self._flushing and now - self._last_flush >= self._flush_every:
+                return None
+            self._uses[hit.principal.token_id] = datetime.now(UTC)
+        return hit.principal
+
     def _maybe_flush(self, now: float) -> None:
         with self._lock:
             if self._flushing or now - self._last_flush < self._flush_every or not self._uses:

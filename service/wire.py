@@ -35,6 +35,9 @@ KNOWN_FIELDS = frozenset(
     }
 )
 NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
+# A UUID already in the form str(uuid.UUID(...)) gives back: what every SDK sends. Matching
+# it costs ~0.2 us against ~1.6 us for the round trip through uuid.UUID.
+CANONICAL_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MAX_ATTRS_BYTES = 8 * 1024
 MAX_INT32 = 2**31 - 1
 
@@ -100,13 +103,31 @@ def _name(value: Any, field: str) -> str:
     return value
 
 
+# PostgreSQL's jsonb cannot hold U+0000 (in a key or a string); storing one failed the whole
+# batch with a 500. Looked for only when orjson's output holds the escape.
+_NUL_ERROR = "must not contain the character U+0000 (not storable)"
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in k or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def _attrs(value: Any, etype: str) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise WireError("attrs: must be a JSON object")
-    if len(orjson.dumps(value)) > MAX_ATTRS_BYTES:
+    dumped = orjson.dumps(value)
+    if len(dumped) > MAX_ATTRS_BYTES:
         raise WireError(f"attrs: larger than {MAX_ATTRS_BYTES} bytes")
+    if b"\\u0000" in dumped and _has_nul(value):
+        raise WireError(f"attrs: {_NUL_ERROR}")
     if etype == "failure" and "cause" in value and value["cause"] not in FAILURE_CAUSES:
         raise WireError(f"attrs.cause: must be one of {', '.join(FAILURE_CAUSES)}")
     if etype == "released" and "reason" in value and value["reason"] not in RELEASE_REASONS:
@@ -137,10 +158,13 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
     raw_id = obj["event_id"]
     if not isinstance(raw_id, str):
         raise WireError("event_id: must be a UUID string")
-    try:
-        event_id = str(uuid.UUID(raw_id))
-    except ValueError:
-        raise WireError(f"event_id: {raw_id[:64]!r} is not a UUID") from None
+    if CANONICAL_UUID_RE.fullmatch(raw_id):
+        event_id = raw_id
+    else:
+        try:
+            event_id = str(uuid.UUID(raw_id))
+        except ValueError:
+            raise WireError(f"event_id: {raw_id[:64]!r} is not a UUID") from None
     ts = parse_rfc3339(obj["ts"], "ts")
     skew = (ts - now).total_seconds()
     if skew > max_future_s:
@@ -179,9 +203,15 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
     if rank is not None:
         rank = _int(rank, "rank", 0)
     attrs = _attrs(obj.get("attrs"), etype)
-    extra = {k: v for k, v in obj.items() if k not in KNOWN_FIELDS} or None
-    if extra is not None and len(orjson.dumps(extra)) > MAX_ATTRS_BYTES:
-        raise WireError(f"{next(iter(extra))}: unknown fields larger than {MAX_ATTRS_BYTES} bytes")
+    extra = (None if KNOWN_FIELDS.issuperset(obj)
+             else {k: v for k, v in obj.items() if k not in KNOWN_FIELDS})
+    if extra is not None:
+        dumped = orjson.dumps(extra)
+        if len(dumped) > MAX_ATTRS_BYTES:
+            raise WireError(
+                f"{next(iter(extra))}: unknown fields larger than {MAX_ATTRS_BYTES} bytes")
+        if b"\\u0000" in dumped and _has_nul(extra):
+            raise WireError(f"unknown fields: {_NUL_ERROR}")
     return WireEvent(
         event_id, ts, job_id, attempt, model, etype, phase, gpus, team, rank, attrs, extra
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -85,9 +86,30 @@ def alertmanager(config: Path, workdir: Path) -> Iterator[str]:
         proc.wait(timeout=20)
 
 
+class Prometheus:
+    def __init__(self, url: str, proc: subprocess.Popen) -> None:
+        self.url = url
+        self.proc = proc
+
+    def reload(self, timeout_s: float = 30) -> None:
+        """Re-read the configuration and rule files (SIGHUP), and wait until it has."""
+        before = self._reloads()
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while self._reloads() <= before and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def _reloads(self) -> float:
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith("prometheus_config_last_reload_success_timestamp_seconds "):
+                return float(line.split()[1])
+        return 0.0
+
+
 @contextmanager
 def prometheus(targets: list[str], rules_dir: Path, alertmanager_url: str, workdir: Path,
-               interval: str = "2s") -> Iterator[str]:
+               interval: str = "2s") -> Iterator[Prometheus]:
     port = free_port()
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
@@ -107,7 +129,7 @@ def prometheus(targets: list[str], rules_dir: Path, alertmanager_url: str, workd
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_http(url + "/-/ready", proc, log)
-        yield url
+        yield Prometheus(url, proc)
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+import httpx
 import pytest
 
 from service.demo import DemoOptions, run_demo
@@ -33,12 +34,13 @@ def _ett(*args: str) -> None:
 
 
 def _demo(service, stop: threading.Event, seed: int, regress: tuple[Regression, ...],
-          days: float) -> threading.Thread:
+          days: float, backfilled: threading.Event | None = None) -> threading.Thread:
     # No interruptions: durations shrink 360x but failures per GPU-hour would not, so any
     # failure would burn the failure-rate SLO (reliability) for real.
-    opts = DemoOptions(days=days, live=True, seed=seed, models=24, regressions=regress,
+    opts = DemoOptions(days=days, live=True, seed=seed, models=36, regressions=regress,
                        time_scale=SCALE, failure_rate_per_hour=0.0)
-    thread = threading.Thread(target=run_demo, args=(service.url, service.token, opts, stop),
+    thread = threading.Thread(target=run_demo,
+                              args=(service.url, service.token, opts, stop, backfilled),
                               daemon=True)
     thread.start()
     return thread
@@ -73,19 +75,32 @@ def test_a_compilation_regression_pages_the_compiler_team_only_and_resolves(
                                      "ETT_HEARTBEAT_TIMEOUT_S": "7200"})
     sink = WebhookSink()
     rules = tmp_path / "rules"
-    _ett("rules", "--window-scale", str(1 / SCALE), "--min-window", "30s",
-         "--out-dir", str(rules))
+    rules.mkdir()
     am_config = tmp_path / "alertmanager.yml"
     _ett("alertmanager-config", "--webhook-base", sink.url, "--timing-scale", "0.02",
          "--out", str(am_config))
 
-    stop_regressed = threading.Event()
+    stop_regressed, backfilled = threading.Event(), threading.Event()
     regressed = _demo(svc, stop_regressed, seed=11,
-                      regress=(Regression.parse("compilation=25x:ads"),), days=0.02)
+                      regress=(Regression.parse("compilation=25x:ads"),), days=0.02,
+                      backfilled=backfilled)
+    # Prometheus starts once the history is in and aggregated: while a back-fill streams
+    # in, some of its time is settled before the rest (checkpoints arrive later), and
+    # short alert windows would read that skew as a burn.
+    assert backfilled.wait(180), "the demo back-fill did not finish"
+    httpx.post(svc.url + "/v1/aggregate", headers=svc.headers(), timeout=120).raise_for_status()
     target = svc.url.removeprefix("http://")
     try:
         with alertmanager(am_config, tmp_path) as am_url, \
-                prometheus([target], rules, am_url, tmp_path) as prom_url:
+                prometheus([target], rules, am_url, tmp_path) as prom:
+            # Rules are loaded only once Prometheus holds more than the shortest alert
+            # window of live data, as in any running deployment: windows filled by a few
+            # seconds of scrapes would read the start-up transient as a burn.
+            time.sleep(75)
+            _ett("rules", "--window-scale", str(1 / SCALE), "--min-window", "60s",
+                 "--out-dir", str(rules))
+            prom.reload()
+            prom_url = prom.url
             _wait(lambda: _compilation_alerts(sink, "firing"), 300,
                   "the compiler team's compilation alert", sink)
             share = query(prom_url, 'sum(rate(ett_settled_gpu_seconds_total'

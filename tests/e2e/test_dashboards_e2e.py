@@ -46,7 +46,8 @@ def test_every_dashboard_promql_returns_data(service_factory, tmp_path: Path) ->
     )
     try:
         with alertmanager(am_config, tmp_path) as am_url, \
-                prometheus([svc.url.removeprefix("http://")], RULES, am_url, tmp_path) as prom:
+                prometheus([svc.url.removeprefix("http://")], RULES, am_url, tmp_path) as p:
+            prom = p.url
             # Position i is the same panel target under every variable set.
             targets = list(zip(*(all_promql(v) for v in VARIABLES), strict=True))
             assert targets
