@@ -61,15 +61,19 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
     truth = Truth(args.truth if rank == 0 else None, attempt)
 
+    rec = Recorder(backoff_max_s=args.backoff_max_s)  # everything else from ETT_* and torchrun
+    recorder_on_sigterm = signal.getsignal(signal.SIGTERM)
+
     def on_sigterm(signum: int, frame: object) -> None:
-        # Installed before the Recorder, so the recorder's handler runs first (recording the
-        # failure) and then chains to this one.
+        # Ground truth first: the recorder's handler (chained below) records the failure at
+        # this instant and then flushes, which can take seconds while the service is down.
         truth("failure", via="SIGTERM")
+        if callable(recorder_on_sigterm):
+            recorder_on_sigterm(signum, frame)
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, on_sigterm)
 
-    rec = Recorder(backoff_max_s=args.backoff_max_s)  # everything else from ETT_* and torchrun
     rec.allocated()
     truth("allocated")
 
