@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.queries import all_promql
 from service.demo import DemoOptions, run_demo
+from service.demo_fleet import Regression
 from tests.conftest import REPO
 from tests.e2e.stack import ALERTMANAGER, PROMETHEUS, WebhookSink, alertmanager, prometheus, query
 
@@ -35,7 +36,10 @@ def test_every_dashboard_promql_returns_data(service_factory, tmp_path: Path) ->
     svc = service_factory(extra_env={"ETT_AGGREGATE_INTERVAL_S": "2"})
     stop = threading.Event()
     # A fast fleet with plenty of restarts, so failure and recovery panels have data too.
-    opts = DemoOptions(days=0.05, live=True, seed=5, models=12, time_scale=360)
+    # A compilation regression makes the compiler team's SLO burn, so the panels that show
+    # firing alerts and burn rates have something to show.
+    opts = DemoOptions(days=0.05, live=True, seed=5, models=12, time_scale=360,
+                       regressions=(Regression.parse("compilation=40x:ads"),))
     demo = threading.Thread(target=run_demo, args=(svc.url, svc.token, opts, stop), daemon=True)
     demo.start()
     sink = WebhookSink()
