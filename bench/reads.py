@@ -97,7 +97,9 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
             httpx.Client(base_url=srv.url, timeout=60,
                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
         deadline = time.monotonic() + 300
-        while "ett_fleet_ett_ratio_7d" not in client.get("/metrics").text:
+        # A sample line, not only the HELP text the collector describes before its first
+        # snapshot exists.
+        while "\nett_fleet_ett_ratio_7d " not in client.get("/metrics").text:
             if time.monotonic() > deadline:
                 raise RuntimeError("no metrics snapshot after 300 s")
             time.sleep(0.5)
