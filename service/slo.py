@@ -18,18 +18,10 @@ from typing import Any
 
 import yaml
 
+from ett_core.taxonomy import COMPONENTS
 from service.errors import ConfigError
 
-# SPEC section 2; effective_training is the fleet-ETT SLO, not a budget of its own.
-COMPONENTS = (
-    "scheduling",
-    "initialization",
-    "compilation",
-    "effective_training",
-    "wasted_training",
-    "shutdown",
-    "unattributed",
-)
+# effective_training is the fleet-ETT SLO, not a budget of its own.
 BUDGET_COMPONENTS = tuple(c for c in COMPONENTS if c != "effective_training")
 
 RATIO_KINDS = ("fleet_ett", "component_share", "pipeline_freshness", "ingest_errors")
