@@ -67,15 +67,17 @@ def window_rows(
     params.update(start=start, end=end)
     hs, he = ceil_hour(start), floor_hour(end)
     ds, de = ceil_day(start), floor_day(end)
+
+    def rollup_sum(table: str, time_clause: str) -> str:
+        return (f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
+                f" AS unsettled FROM {table} WHERE ({time_clause}){where}"
+                f" GROUP BY {select_cols}")
+
     parts: list[str] = []
     hour_ranges: list[tuple[datetime, datetime]] = []
     if ds < de:
         params.update(ds=ds, de=de)
-        parts.append(
-            f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
-            f" AS unsettled FROM fleet_daily WHERE day >= :ds AND day < :de{where}"
-            f" GROUP BY {select_cols}"
-        )
+        parts.append(rollup_sum("fleet_daily", "day >= :ds AND day < :de"))
         hour_ranges = [(hs, ds), (de, he)]
     elif hs < he:
         hour_ranges = [(hs, he)]
@@ -85,11 +87,7 @@ def window_rows(
         for i, (a, b) in enumerate(hour_ranges):
             params.update({f"h{i}a": a, f"h{i}b": b})
             ranges.append(f"(hour >= :h{i}a AND hour < :h{i}b)")
-        parts.append(
-            f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
-            f" AS unsettled FROM fleet_hourly WHERE ({' OR '.join(ranges)}){where}"
-            f" GROUP BY {select_cols}"
-        )
+        parts.append(rollup_sum("fleet_hourly", " OR ".join(ranges)))
     partial = sorted({h for h in (floor_hour(start), floor_hour(end))
                       if not (hs <= h and h + HOUR <= he) and h < end})
     if partial:
@@ -123,14 +121,3 @@ def job_has_events(conn: Connection, job_id: str) -> bool:
 def models_and_teams(conn: Connection) -> list[tuple[str, str]]:
     rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
     return [(r[0], r[1]) for r in rows]
-
-
-def recent_jobs(conn: Connection, model: str, limit: int = 20) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        text(
-            "SELECT job_id, state, first_at, last_at, held_gpu_seconds, effective_gpu_seconds,"
-            " nof FROM jobs WHERE model = :m ORDER BY last_at DESC LIMIT :n"
-        ),
-        {"m": model, "n": limit},
-    )
-    return [dict(r._mapping) for r in rows]

@@ -16,9 +16,9 @@ from psycopg.types.json import set_json_loads
 from sqlalchemy import Connection, text
 
 from ett_core import Event, JobComputation
+from ett_core.instants import HOUR_US
 from ett_core.rollup import split_at_hours
 
-HOUR_US = 3_600_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).

@@ -128,6 +128,17 @@ segments = Table(
     Index("ix_segments_hour_model", "hour", "model"),
 )
 
+def _rollup_columns() -> list[Column]:
+    """The labels and GPU-microsecond sums every rollup table carries (fresh objects each
+    call: a Column belongs to one table)."""
+    return [
+        *(Column(name, Text, nullable=False)
+          for name in ("model", "team", "component", "phase", "owner")),
+        Column("settled_gpu_us", BigInteger, nullable=False),
+        Column("unsettled_gpu_us", BigInteger, nullable=False),
+    ]
+
+
 # GPU-microseconds (integers: sums stay exact however often they are revised).
 # Per job, so that replacing a job's results knows exactly what it contributed before.
 rollup_hourly = Table(
@@ -135,13 +146,7 @@ rollup_hourly = Table(
     metadata,
     Column("job_id", Text, nullable=False),
     Column("hour", TS, nullable=False),
-    Column("model", Text, nullable=False),
-    Column("team", Text, nullable=False),
-    Column("component", Text, nullable=False),
-    Column("phase", Text, nullable=False),
-    Column("owner", Text, nullable=False),
-    Column("settled_gpu_us", BigInteger, nullable=False),
-    Column("unsettled_gpu_us", BigInteger, nullable=False),
+    *_rollup_columns(),
     PrimaryKeyConstraint("job_id", "hour", "component", "phase", "owner"),
 )
 
@@ -151,13 +156,7 @@ fleet_hourly = Table(
     "fleet_hourly",
     metadata,
     Column("hour", TS, nullable=False),
-    Column("model", Text, nullable=False),
-    Column("team", Text, nullable=False),
-    Column("component", Text, nullable=False),
-    Column("phase", Text, nullable=False),
-    Column("owner", Text, nullable=False),
-    Column("settled_gpu_us", BigInteger, nullable=False),
-    Column("unsettled_gpu_us", BigInteger, nullable=False),
+    *_rollup_columns(),
     PrimaryKeyConstraint("hour", "model", "team", "component", "phase", "owner"),
     Index("ix_fleet_hourly_model_hour", "model", "hour"),
 )
@@ -168,13 +167,7 @@ fleet_daily = Table(
     "fleet_daily",
     metadata,
     Column("day", TS, nullable=False),
-    Column("model", Text, nullable=False),
-    Column("team", Text, nullable=False),
-    Column("component", Text, nullable=False),
-    Column("phase", Text, nullable=False),
-    Column("owner", Text, nullable=False),
-    Column("settled_gpu_us", BigInteger, nullable=False),
-    Column("unsettled_gpu_us", BigInteger, nullable=False),
+    *_rollup_columns(),
     PrimaryKeyConstraint("day", "model", "team", "component", "phase", "owner"),
     Index("ix_fleet_daily_model_day", "model", "day"),
 )
