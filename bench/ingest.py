@@ -9,6 +9,7 @@ connections. Target: HTTP rate >= 75% of the COPY rate.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, libpq_url, record, run_json, spread
@@ -23,18 +24,31 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     with ett_serve(url) as srv:
         out = run_json(["bench.loadgen", "batch", "--url", srv.url, "--token", ADMIN_TOKEN,
                         "--dsn", libpq_url(url), "--clients", str(clients),
-                        "--batches", str(batches), "--runs", "5"])
+                        "--batches", str(batches), "--runs", "5",
+                        "--server-pid", str(srv.pid)])
     pg.drop_database(url)
     http, copy = spread(out["http_events_per_s"], 0), spread(out["copy_events_per_s"], 0)
     ratios = [h / c for h, c in zip(out["http_events_per_s"], out["copy_events_per_s"],
                                     strict=True)]
     ratio = spread(ratios)
+    # CPU per event of each party, per phase: on a machine whose cores all of them share,
+    # the rates follow the total, so the ratio of the totals is the ceiling of the ratio.
+    per_event: dict[str, dict[str, float]] = {}
+    for phase, samples in out["cpu_seconds"].items():
+        n = batches * 1000 * len(samples)
+        per_event[phase] = {k: round(sum(s[k] for s in samples) / n * 1e6, 2)
+                            for k in ("api", "postgres", "loadgen")}
+        per_event[phase]["total"] = round(sum(per_event[phase].values()), 2)
+    cpu_ceiling = round(per_event["copy"]["total"] / per_event["http"]["total"], 2)
     print(f"batch ingest ({clients} clients, {batches} x 1000-event batches per run):"
           f" HTTP {fmt(http, ' ev/s', 0)}, COPY {fmt(copy, ' ev/s', 0)},"
           f" ratio {fmt(ratio, '', 2)}, errors {out['errors']}")
+    print(f"  CPU us per event: HTTP path {per_event['http']}, COPY {per_event['copy']};"
+          f" CPU-bound ceiling of the ratio {cpu_ceiling}")
     figures = {"http_events_per_s": http, "copy_events_per_s": copy, "ratio": ratio,
                "errors": out["errors"], "clients": clients, "batches_per_run": batches,
-               "batch_size": 1000}
+               "batch_size": 1000, "cpu_us_per_event": per_event, "cpu_ceiling": cpu_ceiling,
+               "cpus": os.cpu_count()}
     judged = None if quick else True
     return record(NAME, quick, figures, [
         ("HTTP ingest >= 75% of direct COPY (same run)", fmt(ratio, "", 2),
@@ -42,4 +56,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
         ("ingest rate, 1000-event batches, embedded PostgreSQL (plain figure)",
          fmt(http, " events/s", 0), None),
         ("direct COPY rate, same batches and table", fmt(copy, " events/s", 0), None),
+        ("CPU per event (API + PostgreSQL + load generator), HTTP path vs COPY",
+         f"{per_event['http']['total']} us vs {per_event['copy']['total']} us"
+         f" (API {per_event['http']['api']}, PostgreSQL {per_event['http']['postgres']}"
+         f" vs {per_event['copy']['postgres']}); ratio of totals {cpu_ceiling}", None),
     ])

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import gc
 import itertools
+import os
 import random
 import sys
 import threading
@@ -162,6 +163,67 @@ def copy_batches(dsn: str, payloads: list[bytes], clients: int) -> float:
     return elapsed
 
 
+def _proc_cpu(pid: int, children: bool = False) -> float:
+    """CPU seconds of a process (with `children`: also of its children it has reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _postgres_cpu(postmaster: int) -> float:
+    """PostgreSQL's CPU seconds: the postmaster, its live processes and the exited ones."""
+    total = _proc_cpu(postmaster, children=True)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == postmaster:
+                total += _proc_cpu(int(entry))
+    return total
+
+
+def _postmaster_pid(dsn: str) -> int | None:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        data_dir = conn.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
+    try:
+        with open(os.path.join(data_dir, "postmaster.pid")) as fh:
+            return int(fh.readline())
+    except (OSError, ValueError):
+        return None
+
+
+class CpuMeter:
+    """CPU seconds spent by the API server, PostgreSQL and this generator during a phase."""
+
+    def __init__(self, server_pid: int | None, postmaster: int | None) -> None:
+        self.server_pid, self.postmaster = server_pid, postmaster
+        self.totals: dict[str, list[float]] = {"api": [], "postgres": [], "loadgen": []}
+
+    def _now(self) -> tuple[float, float, float]:
+        return (_proc_cpu(self.server_pid) if self.server_pid else 0.0,
+                _postgres_cpu(self.postmaster) if self.postmaster else 0.0,
+                time.process_time())
+
+    def start(self) -> tuple[float, float, float]:
+        return self._now()
+
+    def stop(self, began: tuple[float, float, float]) -> dict[str, float]:
+        end = self._now()
+        return {k: e - b for k, e, b in zip(("api", "postgres", "loadgen"), end, began,
+                                             strict=True)}
+
+
 def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
     template = template_events(5000)
     ids = Ids(args.seed)
@@ -171,18 +233,24 @@ def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
     warm = http_bodies(template, 3, args.size, ids)
     asyncio.run(send_batches(args.url, args.token, warm, args.clients))
     http_rates, copy_rates, errors = [], [], 0
+    meter = CpuMeter(args.server_pid, _postmaster_pid(args.dsn))
+    cpu: dict[str, list[dict[str, float]]] = {"copy": [], "http": []}
     for run in range(args.runs):  # interleaved: both see the same table size and load
+        began = meter.start()
         copy_s = copy_batches(args.dsn, copies[run], args.clients)
+        cpu["copy"].append(meter.stop(began))
         copy_rates.append(per_run * args.size / copy_s)
+        began = meter.start()
         http_s, accepted, errs = asyncio.run(send_batches(args.url, args.token, http[run],
                                                           args.clients))
+        cpu["http"].append(meter.stop(began))
         errors += errs
         if accepted != per_run * args.size:
             errors += 1
         http_rates.append(per_run * args.size / http_s)
     return {"http_events_per_s": http_rates, "copy_events_per_s": copy_rates,
             "errors": errors, "batch_size": args.size, "batches_per_run": per_run,
-            "clients": args.clients}
+            "clients": args.clients, "cpu_seconds": cpu}
 
 
 async def open_loop(url: str, token: str, bodies: list[bytes], rate: float,
@@ -267,6 +335,8 @@ def main() -> None:
     b.add_argument("--clients", type=int, default=4)
     b.add_argument("--batches", type=int, default=40)
     b.add_argument("--size", type=int, default=1000)
+    b.add_argument("--server-pid", type=int, default=None,
+                   help="the API server's pid, to report the CPU it spends")
     b.add_argument("--runs", type=int, default=5)
     o = sub.add_parser("open")
     o.add_argument("--rate", type=float, default=1000)

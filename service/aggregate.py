@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +25,8 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from ett_core import JobComputation, Taxonomy, compute_job
 
 from . import results_store as store
+from .open_job_cache import OpenJobCache
+from .result_rows import RowFormatter
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,11 @@ class PassReport:
         }
 
 
+def model_share(model: str, parts: int) -> int:
+    """Which of `parts` parts a model's jobs belong to (stable across processes)."""
+    return zlib.crc32(model.encode()) % parts
+
+
 class Aggregator:
     def __init__(
         self,
@@ -65,6 +73,7 @@ class Aggregator:
         batch_jobs: int = 200,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         after_pass: Callable[[PassReport], None] | None = None,
+        open_job_cache_events: int = 2_000_000,
     ) -> None:
         self.engine = engine
         self.taxonomy = taxonomy
@@ -73,19 +82,37 @@ class Aggregator:
         self.clock = clock
         self.after_pass = after_pass
         self._lock = threading.Lock()  # one pass at a time per process
+        self._cache = OpenJobCache(max_events=open_job_cache_events)
         self.last_report: PassReport | None = None
         self.last_success_at: datetime | None = None
         self.passes_failed = 0
 
+    def cache_stats(self) -> dict[str, int]:
+        """How often running jobs were served from the cache, and how many it holds."""
+        return {"hits": self._cache.hits, "misses": self._cache.misses,
+                "jobs": len(self._cache)}
+
     def run_pass(self, *, recompute_all: bool = False,
-                 progress: Callable[[int, int], None] | None = None) -> PassReport:
+                 progress: Callable[[int, int], None] | None = None,
+                 share: tuple[int, int] | None = None) -> PassReport:
+        """One pass. `share=(k, n)` (with `recompute_all`) takes only the jobs whose model
+        falls in part k of n (`model_share`): n processes with k = 0..n-1 recompute the
+        whole fleet between them, and never write the same fleet rollup rows, which are
+        keyed by model (service/recompute.py)."""
+        if share is not None and not recompute_all:
+            raise ValueError("share is for recompute_all passes")
         with self._lock:
             now = self.clock()
             report = PassReport(started_at=now)
             with self.engine.connect() as conn:
                 dirty = store.dirty_candidates(conn)
                 jobs = set(dirty) | set(store.open_jobs(conn))
-                if recompute_all:
+                if share is not None:
+                    k, n = share
+                    jobs = {job for job, model in store.all_jobs_with_models(conn)
+                            if model_share(model, n) == k}
+                    dirty = {job: at for job, at in dirty.items() if job in jobs}
+                elif recompute_all:
                     jobs |= set(store.all_job_ids(conn))
             if dirty:
                 report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())
@@ -122,7 +149,14 @@ class Aggregator:
             if not locked:
                 return
             seqs = store.dirty_seqs(conn, locked)
-            events = store.load_events(conn, locked)
+            queued = {job for job, _seq in seqs}
+            # Running jobs with nothing new: their events, and the rows stored for them,
+            # are what this process holds from its last pass (service/open_job_cache.py).
+            cached = self._cache.reusable(conn, [j for j in locked if j not in queued])
+            events = {job: entry.events for job, entry in cached.items()}
+            missing = [j for j in locked if j not in cached]
+            if missing:
+                events.update(store.load_events(conn, missing))
             computed: list[tuple[str, JobComputation]] = []
             failed: list[str] = []
             for job_id in locked:
@@ -134,13 +168,21 @@ class Aggregator:
                     computed.append((job_id, comp))
             # A failed job keeps its previous results and its queue rows (it is retried).
             failed_set = set(failed)
-            replaced = [j for j in locked if j not in failed_set]
+            formatter = RowFormatter(now_us)
+            rows = {job: formatter.job_rows(job, comp) for job, comp in computed}
+            updated = [(cached[j].rows, rows[j]) for j in locked if j in cached and j in rows]
+            replaced = [j for j in locked
+                        if j not in failed_set and not (j in cached and j in rows)]
             deltas = store.Deltas.empty()
             store.subtract_previous(conn, replaced, deltas)
             store.delete_job_rows(conn, replaced)
-            store.insert_job_results(conn, computed, now, deltas)
+            store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
+            store.update_jobs(conn, updated, formatter, deltas)
             store.apply_deltas(conn, deltas)
             store.consume_dirty(conn, [seq for job, seq in seqs if job not in failed_set])
+        # Committed: what was written at `now` is what the cache may now vouch for.
+        self._cache.remember(now, locked, {job: (events[job], r) for job, r in rows.items()
+                                           if r.running})
         report.jobs_recomputed += len(computed)
         report.jobs_failed += len(failed)
         report.failed_jobs.extend(failed)

@@ -17,11 +17,11 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from .auth import Authenticator, Principal
+from .auth import Authenticator
+from .batch import validate_batch
 from .errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
-from .event_store import store_events
+from .event_store import store_rows
 from .ingest_pool import IngestPool
-from .wire import WireError, WireEvent, validate_event
 
 log = logging.getLogger(__name__)
 
@@ -125,44 +125,6 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     return events
 
 
-def validate_batch(
-    raw: list[Any], principal: Principal, limits: IngestLimits, now: datetime,
-    owner_of: Callable[[str], str | None] = lambda _model: None,
-) -> tuple[list[WireEvent], list[dict[str, Any]], int, list[str]]:
-    """Split a batch into storable events (first copy of each id) and rejections.
-
-    The last item lists the scope errors (model not allowed, team not this token's to claim),
-    so the caller can answer 403 for a batch that holds nothing this token may write.
-    """
-    valid: list[WireEvent] = []
-    rejected: list[dict[str, Any]] = []
-    forbidden: list[str] = []
-    seen: set[str] = set()
-    in_batch_duplicates = 0
-    for index, obj in enumerate(raw):
-        try:
-            event = validate_event(
-                obj, now=now, max_future_s=limits.max_future_s, max_age_s=limits.max_age_s
-            )
-        except WireError as exc:
-            rejected.append({"index": index, "error": str(exc)})
-            continue
-        if not principal.may_write(event.model):
-            error = f"model: this token may not write model {event.model!r}"
-        else:
-            error = principal.team_claim_error(event.model, event.team, owner_of(event.model))
-        if error is not None:
-            rejected.append({"index": index, "error": error})
-            forbidden.append(error)
-            continue
-        if event.event_id in seen:
-            in_batch_duplicates += 1
-            continue
-        seen.add(event.event_id)
-        valid.append(event)
-    return valid, rejected, in_batch_duplicates, forbidden
-
-
 @contextmanager
 def db_unavailable(what: str) -> Iterator[None]:
     """Turn "the database is not there (now)" into 503 + Retry-After; let bugs through."""
@@ -182,7 +144,7 @@ def db_unavailable(what: str) -> Iterator[None]:
         raise
 
 
-def store(engine: Engine, events: list[WireEvent], statement_timeout_ms: int = 0) -> int:
+def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0) -> int:
     """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
 
     Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
@@ -191,7 +153,7 @@ def store(engine: Engine, events: list[WireEvent], statement_timeout_ms: int = 0
     with db_unavailable("ingest"), engine.begin() as conn:
         if statement_timeout_ms:
             conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
-        return store_events(conn, events)
+        return store_rows(conn.connection.driver_connection, lines, jobs)
 
 
 def build_router(
@@ -233,17 +195,18 @@ def build_router(
 
         try:
             # No name keeps the body or the parsed batch alive past validation.
-            valid, rejected, batch_dups, forbidden = validate_batch(
+            batch = validate_batch(
                 parse_batch(await read_limited_body(request, limits.max_body_bytes, charge),
                             limits.max_batch_events),
-                principal, limits, clock(), owner_of,
+                principal, now=clock(), max_future_s=limits.max_future_s,
+                max_age_s=limits.max_age_s, owner_of=owner_of,
             )
-            if not valid and forbidden:
-                raise Forbidden(_forbidden_summary(forbidden))
+            if not batch.lines and batch.forbidden:
+                raise Forbidden(_forbidden_summary(batch.forbidden))
             if pool is not None:
-                inserted = await pool.store(valid)
-            elif valid:
-                inserted = await run_in_threadpool(store, engine, valid,
+                inserted = await pool.store(batch.lines, batch.jobs)
+            elif batch.lines:
+                inserted = await run_in_threadpool(store, engine, batch.lines, batch.jobs,
                                                    limits.statement_timeout_ms)
             else:
                 inserted = 0
@@ -251,12 +214,12 @@ def build_router(
             in_flight.release(charged)
         outcome = BatchOutcome(
             accepted=inserted,
-            duplicates=len(valid) - inserted + batch_dups,
-            rejected=rejected,
+            duplicates=len(batch.lines) - inserted + batch.in_batch_duplicates,
+            rejected=batch.rejected,
         )
         log.debug(
             "ingest batch: accepted=%d duplicates=%d rejected=%d token=%s",
-            outcome.accepted, outcome.duplicates, len(rejected), principal.token_id,
+            outcome.accepted, outcome.duplicates, len(batch.rejected), principal.token_id,
         )
         if on_outcome is not None:
             on_outcome(outcome)

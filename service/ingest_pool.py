@@ -3,8 +3,9 @@
 Storing a batch through SQLAlchemy in a worker thread cost ~280 us of CPU per request at
 1000 single-event posts/s: ~130 us the hop to the thread and back (and the GIL handover),
 ~130 us SQLAlchemy's execution machinery (docs/performance.md). Here the batch is one
-autocommit statement (`event_store.STORE_SQL`: atomic on its own, answered once
-PostgreSQL has committed it) on a psycopg `AsyncConnection`, awaited on the event loop.
+COPY in a transaction, or one autocommit statement for small batches
+(`event_store.store_rows_async`), answered once PostgreSQL has committed it, on a psycopg
+`AsyncConnection`, awaited on the event loop.
 
 The pool is deliberately small: at most `size` connections, opened on demand and kept;
 the ingest statement timeout set once per connection; a caller waits at most `timeout_s`
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import psycopg
 from sqlalchemy.engine import make_url
 
 from .errors import Unavailable
-from .event_store import STORE_SQL, batch_json
-from .wire import WireEvent
+from .event_store import store_rows_async
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,12 @@ class IngestPool:
         # Created on first use, so that it belongs to the loop that serves the requests.
         self._slots: asyncio.Semaphore | None = None
 
-    async def store(self, events: Sequence[WireEvent]) -> int:
+    async def store(self, lines: Sequence[str], jobs: Iterable[str]) -> int:
         """Store the batch (first copy of each id) and mark its jobs dirty; return how many
         events were new. Returns only after PostgreSQL committed; Unavailable when the
         database is not there (now)."""
-        if not events:
+        if not lines:
             return 0
-        rows = batch_json(events)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._size)
         try:
@@ -65,8 +64,7 @@ class IngestPool:
         conn: psycopg.AsyncConnection | None = None
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
-            cur = await conn.execute(STORE_SQL, {"rows": rows}, prepare=True)
-            row = await cur.fetchone()
+            inserted = await store_rows_async(conn, lines, jobs)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             # Refused or timed-out connects, a server shutting down, a statement timeout, a
             # connection that died mid-statement (committed or not, the client cannot know:
@@ -76,8 +74,7 @@ class IngestPool:
         finally:
             await self._check_in(conn)
             self._slots.release()
-        assert row is not None
-        return int(row[0])
+        return inserted
 
     async def _connect(self) -> psycopg.AsyncConnection:
         conn = await psycopg.AsyncConnection.connect(

@@ -15,9 +15,11 @@ import orjson
 from psycopg.types.json import set_json_loads
 from sqlalchemy import Connection, text
 
-from ett_core import Event, JobComputation
+from ett_core import Event
 from ett_core.instants import HOUR_US
-from ett_core.rollup import split_at_hours
+
+from . import copy_format as fmt
+from .result_rows import JobRows, RollupKey, RowFormatter
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
@@ -49,6 +51,12 @@ def open_jobs(conn: Connection) -> list[str]:
 
 def all_job_ids(conn: Connection) -> list[str]:
     """Every job with events. A loose index scan: one index probe per job, not per event."""
+    return sorted(job for job, _model in all_jobs_with_models(conn))
+
+
+def all_jobs_with_models(conn: Connection) -> list[tuple[str, str]]:
+    """Every job (with events or results) and a model it reports: the loose index scan, plus
+    one more probe per job for the model."""
     rows = conn.execute(
         text(
             """
@@ -58,12 +66,13 @@ def all_job_ids(conn: Connection) -> list[str]:
                 SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
                 FROM j WHERE j.id IS NOT NULL
             )
-            SELECT id FROM j WHERE id IS NOT NULL
-            UNION SELECT job_id FROM jobs
+            SELECT id, (SELECT model FROM events WHERE job_id = j.id LIMIT 1)
+            FROM j WHERE id IS NOT NULL
+            UNION SELECT job_id, model FROM jobs
             """
         )
     )
-    return sorted(r[0] for r in rows)
+    return sorted({(job, model) for job, model in rows})
 
 
 def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:
@@ -149,103 +158,114 @@ def delete_job_rows(conn: Connection, job_ids: Sequence[str]) -> None:
         conn.execute(text(f"DELETE FROM {table} WHERE job_id = ANY(:ids)"), params)
 
 
-def _bulk_insert(conn: Connection, table: str, columns: dict[str, str],
-                 rows: list[tuple[Any, ...]]) -> None:
-    """One INSERT per table: the rows travel as one JSON document (serialised by orjson, in
-    C) and are unpacked by json_to_recordset. Binding an array per column spent most of
-    the time in psycopg's pure-Python array dumpers (docs/performance.md)."""
-    if not rows:
-        return
-    names = list(columns)
-    payload = orjson.dumps([dict(zip(names, row, strict=True)) for row in rows])
-    types = ", ".join(f"{n} {t}" for n, t in columns.items())
-    conn.execute(
-        text(
-            f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)}"
-            f" FROM json_to_recordset(CAST(:rows AS json)) AS u({types})"
-        ),
-        {"rows": payload.decode()},
-    )
+_JOB_COLUMNS = ("job_id", "model", "team", "state", "first_at", "last_at", "open",
+                "held_gpu_seconds", "effective_gpu_seconds", "at_risk_gpu_seconds", "nof",
+                "tts_seconds", "ttr_seconds", "ttr_causes", "unknown_phase_events", "result",
+                "computed_at")
+_ATTEMPT_COLUMNS = ("job_id", "attempt", "allocated_at", "released_at", "gpus", "end_cause",
+                    "held_seconds", "startup_seconds")
+_SEGMENT_COLUMNS = ("job_id", "seq", "hour", "attempt", "start_at", "end_at", "gpus", "model",
+                    "team", "component", "phase", "owner", "settled")
+_ROLLUP_COLUMNS = ("job_id", "hour", "model", "team", "component", "phase", "owner",
+                   "settled_gpu_us", "unsettled_gpu_us")
 
 
-def insert_job_results(
-    conn: Connection, computed: Sequence[tuple[str, JobComputation]], now: datetime,
-    deltas: Deltas,
-) -> None:
-    """Insert the new rows of each job (old rows already deleted) and add to the deltas."""
-    job_rows, attempt_rows, segment_rows, rollup_rows = [], [], [], []
-    for job_id, comp in computed:
-        res = comp.result
-        model, team = res.model, res.team
-        held = effective = at_risk = 0
-        per_job: dict[tuple[int, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
-        for seq, (hour, piece) in enumerate(split_at_hours(comp.segments)):
-            gpu_us = piece.gpu_us
-            held += gpu_us
-            if piece.component == "effective_training":
-                effective += gpu_us
-                if not piece.settled:
-                    at_risk += gpu_us
-            per_job[(hour, piece.component, piece.phase, piece.owner)][
-                0 if piece.settled else 1
-            ] += gpu_us
-            segment_rows.append((
-                job_id, seq, us_to_dt(hour), piece.attempt, us_to_dt(piece.start_us),
-                us_to_dt(piece.end_us), piece.gpus, model, team, piece.component, piece.phase,
-                piece.owner, piece.settled,
-            ))
-        for (hour, component, phase, owner), (settled, unsettled) in per_job.items():
-            rollup_rows.append((job_id, us_to_dt(hour), model, team, component, phase, owner,
-                                settled, unsettled))
-            cell = deltas.fleet[(hour, model, team, component, phase, owner)]
-            cell[0] += settled
-            cell[1] += unsettled
-            deltas.totals[(model, team, component, owner)] += settled
-        for a in res.attempts:
-            attempt_rows.append((
-                job_id, a.attempt, us_to_dt(a.allocated_at_us),
-                None if a.released_at_us is None else us_to_dt(a.released_at_us), a.gpus,
-                a.end_cause, a.held_us / 1e6, a.startup_us / 1e6,
-            ))
-        first = min(a.allocated_at_us for a in res.attempts)
-        last = max(a.released_at_us if a.released_at_us is not None else dt_to_us(now)
-                   for a in res.attempts)
-        first_attempt = res.attempts[0]
-        tts_known = (first_attempt.released_at_us is not None
-                     or first_attempt.startup_us < first_attempt.held_us)
-        job_rows.append((
-            job_id, model, team, res.state, us_to_dt(first), us_to_dt(last),
-            res.state == "running", held / 1e6, effective / 1e6, at_risk / 1e6, res.level1.nof,
-            res.level1.tts_us / 1e6 if tts_known else None,
-            [t / 1e6 for t in res.level1.ttr_us], list(res.level1.ttr_causes),
-            res.diagnostics.unknown_phase_events,
-            res.to_wire(), now,
-        ))
-    _bulk_insert(conn, "jobs", {
-        "job_id": "text", "model": "text", "team": "text", "state": "text",
-        "first_at": "timestamptz", "last_at": "timestamptz", "open": "boolean",
-        "held_gpu_seconds": "float8", "effective_gpu_seconds": "float8",
-        "at_risk_gpu_seconds": "float8", "nof": "int", "tts_seconds": "float8",
-        "ttr_seconds": "float8[]", "ttr_causes": "text[]", "unknown_phase_events": "int",
-        "result": "jsonb",
-        "computed_at": "timestamptz",
-    }, job_rows)
-    _bulk_insert(conn, "attempts", {
-        "job_id": "text", "attempt": "int", "allocated_at": "timestamptz",
-        "released_at": "timestamptz", "gpus": "int", "end_cause": "text",
-        "held_seconds": "float8", "startup_seconds": "float8",
-    }, attempt_rows)
-    _bulk_insert(conn, "segments", {
-        "job_id": "text", "seq": "int", "hour": "timestamptz", "attempt": "int",
-        "start_at": "timestamptz", "end_at": "timestamptz", "gpus": "int", "model": "text",
-        "team": "text", "component": "text", "phase": "text", "owner": "text",
-        "settled": "boolean",
-    }, segment_rows)
-    _bulk_insert(conn, "rollup_hourly", {
-        "job_id": "text", "hour": "timestamptz", "model": "text", "team": "text",
-        "component": "text", "phase": "text", "owner": "text", "settled_gpu_us": "bigint",
-        "unsettled_gpu_us": "bigint",
-    }, rollup_rows)
+def insert_jobs(conn: Connection, jobs: Sequence[JobRows], formatter: RowFormatter,
+                deltas: Deltas) -> None:
+    """Insert every row of each job (its old rows already deleted); add them to the deltas."""
+    attempts, segments, rollups = [], [], []
+    for rows in jobs:
+        attempts.extend(rows.attempt_lines.values())
+        segments.extend(rows.segment_lines)
+        for key, values in rows.rollup.items():
+            rollups.append(formatter.rollup_line(rows, key))
+            _add(deltas, rows, key, values, 1)
+    _copy_all(conn, [r.job_line for r in jobs], attempts, segments, rollups)
+
+
+def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
+                formatter: RowFormatter, deltas: Deltas) -> None:
+    """Rewrite what changed from `old` (the rows stored now) to `new`, for each pair.
+
+    A running job's new rows mostly repeat the old: only its last segments, the rollup
+    cells of the current hour and its attempt grow. Segments compare by position (seq),
+    rollup cells by key, attempts by number; the job row itself always changes.
+    """
+    seg_jobs, seg_from, seg_lines = [], [], []
+    att_jobs, att_nums, att_lines = [], [], []
+    roll_keys, roll_lines = [], []
+    for old, new in pairs:
+        job = new.job_id
+        same = 0
+        for a, b in zip(old.segment_lines, new.segment_lines, strict=False):
+            if a != b:
+                break
+            same += 1
+        if same < len(old.segment_lines):
+            seg_jobs.append(job)
+            seg_from.append(same)
+        seg_lines.extend(new.segment_lines[same:])
+        for num in old.attempt_lines.keys() | new.attempt_lines.keys():
+            line = new.attempt_lines.get(num)
+            if line != old.attempt_lines.get(num):
+                if num in old.attempt_lines:
+                    att_jobs.append(job)
+                    att_nums.append(num)
+                if line is not None:
+                    att_lines.append(line)
+        for key in old.rollup.keys() | new.rollup.keys():
+            before, after = old.rollup.get(key), new.rollup.get(key)
+            if before == after:
+                continue
+            if before is not None:
+                hour, component, phase, owner = key
+                roll_keys.append({"job_id": job, "hour": formatter.ts(hour),
+                                  "component": component, "phase": phase, "owner": owner})
+                _add(deltas, old, key, before, -1)
+            if after is not None:
+                roll_lines.append(formatter.rollup_line(new, key))
+                _add(deltas, new, key, after, 1)
+    ids = [new.job_id for _old, new in pairs]
+    if ids:
+        conn.execute(text("DELETE FROM jobs WHERE job_id = ANY(:ids)"), {"ids": ids})
+    if seg_jobs:
+        conn.execute(text(
+            "DELETE FROM segments s USING unnest(CAST(:jobs AS text[]), CAST(:seqs AS int[]))"
+            " AS d(job_id, seq) WHERE s.job_id = d.job_id AND s.seq >= d.seq"),
+            {"jobs": seg_jobs, "seqs": seg_from})
+    if att_jobs:
+        conn.execute(text(
+            "DELETE FROM attempts a USING unnest(CAST(:jobs AS text[]), CAST(:nums AS int[]))"
+            " AS d(job_id, attempt) WHERE a.job_id = d.job_id AND a.attempt = d.attempt"),
+            {"jobs": att_jobs, "nums": att_nums})
+    if roll_keys:
+        conn.execute(text(
+            "DELETE FROM rollup_hourly r USING json_to_recordset(CAST(:keys AS json))"
+            " AS d(job_id text, hour timestamptz, component text, phase text, owner text)"
+            " WHERE r.job_id = d.job_id AND r.hour = d.hour AND r.component = d.component"
+            " AND r.phase = d.phase AND r.owner = d.owner"),
+            {"keys": orjson.dumps(roll_keys).decode()})
+    _copy_all(conn, [new.job_line for _old, new in pairs], att_lines, seg_lines, roll_lines)
+
+
+def _add(deltas: Deltas, rows: JobRows, key: RollupKey, values: tuple[int, int],
+         sign: int) -> None:
+    hour, component, phase, owner = key
+    settled, unsettled = values
+    cell = deltas.fleet[(hour, rows.model, rows.team, component, phase, owner)]
+    cell[0] += sign * settled
+    cell[1] += sign * unsettled
+    deltas.totals[(rows.model, rows.team, component, owner)] += sign * settled
+
+
+def _copy_all(conn: Connection, jobs: list[str], attempts: list[str], segments: list[str],
+              rollups: list[str]) -> None:
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        fmt.copy_rows(cur, "jobs", _JOB_COLUMNS, jobs)
+        fmt.copy_rows(cur, "attempts", _ATTEMPT_COLUMNS, attempts)
+        fmt.copy_rows(cur, "segments", _SEGMENT_COLUMNS, segments)
+        fmt.copy_rows(cur, "rollup_hourly", _ROLLUP_COLUMNS, rollups)
 
 
 def _bulk_add(conn: Connection, table: str, keys: dict[str, str], values: tuple[str, ...],

@@ -62,6 +62,9 @@ class WireEvent:
     rank: int | None
     attrs: dict[str, Any] | None
     extra: dict[str, Any] | None
+    # The same two as the JSON text that is stored (serialised once, while checking size).
+    attrs_text: str | None = None
+    extra_text: str | None = None
 
 
 def parse_rfc3339(value: Any, field: str) -> datetime:
@@ -118,7 +121,8 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
-def _attrs(value: Any, etype: str) -> dict[str, Any] | None:
+def attrs_json(value: Any, etype: str) -> str | None:
+    """Check `attrs` for an event of type `etype`; return it as JSON text (None for none)."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -145,7 +149,7 @@ def _attrs(value: Any, etype: str) -> dict[str, Any] | None:
         and not isinstance(value["background"], bool)
     ):
         raise WireError("attrs.background: must be true or false")
-    return value
+    return dumped.decode()
 
 
 def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: float) -> WireEvent:
@@ -180,7 +184,7 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
     attempt = _int(obj["attempt"], "attempt", 0)
     model = _name(obj["model"], "model")
     etype = obj["type"]
-    if etype not in EVENT_TYPES:
+    if not isinstance(etype, str) or etype not in EVENT_TYPES:
         raise WireError(
             f"type: must be one of {', '.join(sorted(EVENT_TYPES))}, got {etype!r}"[:300]
         )
@@ -202,9 +206,10 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
     rank = obj.get("rank")
     if rank is not None:
         rank = _int(rank, "rank", 0)
-    attrs = _attrs(obj.get("attrs"), etype)
+    attrs_text = attrs_json(obj.get("attrs"), etype)
     extra = (None if KNOWN_FIELDS.issuperset(obj)
              else {k: v for k, v in obj.items() if k not in KNOWN_FIELDS})
+    extra_text = None
     if extra is not None:
         dumped = orjson.dumps(extra)
         if len(dumped) > MAX_ATTRS_BYTES:
@@ -212,6 +217,8 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
                 f"{next(iter(extra))}: unknown fields larger than {MAX_ATTRS_BYTES} bytes")
         if b"\\u0000" in dumped and _has_nul(extra):
             raise WireError(f"unknown fields: {_NUL_ERROR}")
+        extra_text = dumped.decode()
     return WireEvent(
-        event_id, ts, job_id, attempt, model, etype, phase, gpus, team, rank, attrs, extra
+        event_id, ts, job_id, attempt, model, etype, phase, gpus, team, rank,
+        None if attrs_text is None else obj["attrs"], extra, attrs_text, extra_text,
     )

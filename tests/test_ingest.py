@@ -85,6 +85,7 @@ def _future(minutes: float) -> str:
         ({"attempt": True}, "attempt: must be an integer"),
         ({"attempt": "1"}, "attempt: must be an integer"),
         ({"type": "started"}, "type: must be one of"),
+        ({"type": ["heartbeat"]}, "type: must be one of"),
         ({"type": "phase_start"}, "phase: is required for phase_start"),
         ({"type": "allocated", "gpus": 0}, "gpus: must be >= 1, got 0"),
         ({"rank": -2}, "rank: must be >= 0"),

@@ -1,0 +1,103 @@
+"""Passes over running jobs: the cached events and the partial rewrites of
+`service.open_job_cache` and `results_store.update_jobs` must store exactly what a full
+recompute from nothing stores, and the model-sharded recompute of `service.recompute`
+exactly what one process does."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from ett_core import Taxonomy
+from service.aggregate import Aggregator, model_share
+from service.recompute import recompute_all
+from service.settings import Settings
+from tests.factories import BASE, event
+from tests.test_aggregate import demo_events, fixed, post_all, results_state, wipe_results
+
+HOURS = 30
+CUT = BASE + timedelta(hours=HOURS)  # the demo fleet's last event; jobs are mid-run here
+
+
+def _running_jobs(engine) -> list[tuple[str, str, int]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT j.job_id, j.model, max(a.attempt) FROM jobs j JOIN attempts a USING (job_id)"
+            " WHERE j.open GROUP BY j.job_id, j.model ORDER BY j.job_id"))]
+
+
+def _from_nothing(engine, now, timeout_s: float) -> dict[str, list]:
+    wipe_results(engine)
+    Aggregator(engine, Taxonomy.default(), heartbeat_timeout_s=timeout_s,
+               clock=fixed(now)).run_pass(recompute_all=True)
+    return results_state(engine)
+
+
+@pytest.mark.parametrize("timeout_s", [3 * 86400.0, 1200.0])
+def test_passes_over_running_jobs_store_what_a_recompute_from_nothing_stores(
+        api, db_engine, timeout_s) -> None:
+    post_all(api, demo_events(hours=HOURS))
+    agg = Aggregator(db_engine, Taxonomy.default(), heartbeat_timeout_s=timeout_s,
+                     batch_jobs=4, clock=fixed(CUT))
+    agg.run_pass()
+    running = _running_jobs(db_engine)
+    assert len(running) >= 3
+    # Minutes apart, across hour boundaries and (with the short timeout) past the heartbeat
+    # timeout; now and then one running job reports a phase or a heartbeat.
+    for step, minutes in enumerate([1, 2, 9, 31, 62, 64, 125, 126]):
+        now = CUT + timedelta(minutes=minutes)
+        if step % 3 == 1:
+            job, model, attempt = running[step % len(running)]
+            post_all(api, [event("heartbeat", minutes - 0.5, base=CUT, job_id=job, model=model,
+                                 attempt=attempt, attrs={"step": step})])
+        agg.clock = fixed(now)
+        agg.run_pass()
+    assert agg.cache_stats()["hits"] > 0
+    incremental = results_state(db_engine)
+    assert incremental == _from_nothing(db_engine, now, timeout_s)
+
+
+def test_a_job_another_aggregator_recomputed_is_not_taken_from_the_cache(
+        api, db_engine) -> None:
+    post_all(api, demo_events(models=4, hours=HOURS))
+    timeout = 3 * 86400.0
+    one = Aggregator(db_engine, Taxonomy.default(), heartbeat_timeout_s=timeout,
+                     clock=fixed(CUT))
+    two = Aggregator(db_engine, Taxonomy.default(), heartbeat_timeout_s=timeout,
+                     clock=fixed(CUT + timedelta(minutes=5)))
+    one.run_pass()
+    job, model, attempt = _running_jobs(db_engine)[0]
+    # An event `one` never sees in the queue: `two` consumes its queue row.
+    post_all(api, [event("phase_start", 7, base=CUT, job_id=job, model=model, attempt=attempt,
+                         phase="checkpoint_save")])
+    two.run_pass()
+    one.clock = fixed(CUT + timedelta(minutes=10))
+    one.run_pass()
+    assert one.cache_stats()["misses"] > 0
+    assert results_state(db_engine) == _from_nothing(db_engine, CUT + timedelta(minutes=10),
+                                                     timeout)
+
+
+@pytest.mark.slow
+def test_a_recompute_sharded_by_model_over_processes_equals_one_process(
+        api, db_engine, database_url) -> None:
+    post_all(api, demo_events(models=8, hours=HOURS))
+    now = CUT + timedelta(minutes=3)
+    one = _from_nothing(db_engine, now, 600.0)
+    wipe_results(db_engine)
+    settings = Settings(database_url=database_url, heartbeat_timeout_s=600.0)
+    seen: list[tuple[int, int]] = []
+    report = recompute_all(database_url, settings, 3, lambda d, t: seen.append((d, t)),
+                           now=now)
+    assert report.jobs_recomputed == len(one["jobs"]) and report.jobs_failed == 0
+    assert seen and seen[-1][0] == seen[-1][1]
+    assert results_state(db_engine) == one
+
+
+def test_model_shares_split_models_stably() -> None:
+    models = [f"model-{i}" for i in range(200)]
+    shares = [model_share(m, 3) for m in models]
+    assert set(shares) == {0, 1, 2}
+    assert shares == [model_share(m, 3) for m in models]
