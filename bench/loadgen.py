@@ -20,11 +20,13 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
+import psycopg
 
 from service.demo_fleet import FleetSpec, fleet_events
 
@@ -133,34 +135,67 @@ async def send_batches(url: str, token: str, bodies: list[bytes], clients: int
     return time.perf_counter() - t0, accepted, errors
 
 
-def copy_batches(dsn: str, payloads: list[bytes], clients: int) -> float:
-    """COPY each payload in its own transaction from `clients` connections."""
-    import psycopg
-
-    queue = list(reversed(payloads))
+def _drain(dsn: str, items: list[Any], clients: int,
+           do: Callable[[psycopg.Connection, Any], None], *, autocommit: bool = False,
+           meter: CpuMeter | None = None) -> tuple[float, dict[str, float]]:
+    """Hand the items to `clients` connections, each taking the next when it is free;
+    return the seconds and the CPU the meter saw (read before the connections close, since
+    a closing backend's CPU reaches its parent's count only when it has exited)."""
+    queue = list(reversed(items))
     lock = threading.Lock()
-    conns = [psycopg.connect(dsn) for _ in range(clients)]
-    sql = f"COPY events ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+    conns = [psycopg.connect(dsn, autocommit=autocommit) for _ in range(clients)]
 
     def work(conn: psycopg.Connection) -> None:
         while True:
             with lock:
                 if not queue:
                     return
-                payload = queue.pop()
-            with conn.transaction(), conn.cursor() as cur, cur.copy(sql) as copy:
-                copy.write(payload)
+                item = queue.pop()
+            do(conn, item)
 
     threads = [threading.Thread(target=work, args=(c,)) for c in conns]
+    began = meter.start() if meter else None
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
+    cpu = meter.stop(began) if meter and began else {}
     for c in conns:
         c.close()
-    return elapsed
+    return elapsed, cpu
+
+
+def copy_batches(dsn: str, payloads: list[bytes], clients: int,
+                 meter: CpuMeter | None = None) -> tuple[float, dict[str, float]]:
+    """COPY each payload in its own transaction from `clients` connections."""
+    sql = f"COPY events ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+
+    def copy_one(conn: psycopg.Connection, payload: bytes) -> None:
+        with conn.transaction(), conn.cursor() as cur, cur.copy(sql) as copy:
+            copy.write(payload)
+
+    return _drain(dsn, payloads, clients, copy_one, meter=meter)
+
+
+def store_batches(dsn: str, bodies: list[bytes], clients: int) -> float:
+    """The ingest path's database half alone: the bodies validated beforehand, then stored
+    by `event_store.store_rows` (COPY + queue rows) from `clients` connections."""
+    from service.auth import Principal
+    from service.batch import ValidatedBatch, validate_batch
+    from service.event_store import store_rows
+    from service.ingest import parse_batch
+
+    admin = Principal(role="admin", token_id="bench")
+    now = datetime.now(UTC)
+    batches = [validate_batch(parse_batch(b, 5000), admin, now=now, max_future_s=300,
+                              max_age_s=400 * 86400) for b in bodies]
+
+    def store_one(conn: psycopg.Connection, batch: ValidatedBatch) -> None:
+        store_rows(conn, batch.lines, batch.jobs)
+
+    return _drain(dsn, batches, clients, store_one, autocommit=True)[0]
 
 
 def _proc_cpu(pid: int, children: bool = False) -> float:
@@ -192,8 +227,6 @@ def _postgres_cpu(postmaster: int) -> float:
 
 
 def _postmaster_pid(dsn: str) -> int | None:
-    import psycopg
-
     with psycopg.connect(dsn) as conn:
         data_dir = conn.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
     try:
@@ -230,25 +263,28 @@ def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
     per_run = args.batches
     http = [http_bodies(template, per_run, args.size, ids) for _ in range(args.runs)]
     copies = [copy_payloads(template, per_run, args.size, ids) for _ in range(args.runs)]
+    direct = [http_bodies(template, per_run, args.size, ids) for _ in range(args.runs)]
     warm = http_bodies(template, 3, args.size, ids)
     asyncio.run(send_batches(args.url, args.token, warm, args.clients))
-    http_rates, copy_rates, errors = [], [], 0
+    http_rates, copy_rates, store_rates, errors = [], [], [], 0
     meter = CpuMeter(args.server_pid, _postmaster_pid(args.dsn))
     cpu: dict[str, list[dict[str, float]]] = {"copy": [], "http": []}
     for run in range(args.runs):  # interleaved: both see the same table size and load
-        began = meter.start()
-        copy_s = copy_batches(args.dsn, copies[run], args.clients)
-        cpu["copy"].append(meter.stop(began))
+        copy_s, copy_cpu = copy_batches(args.dsn, copies[run], args.clients, meter)
+        cpu["copy"].append(copy_cpu)
         copy_rates.append(per_run * args.size / copy_s)
         began = meter.start()
         http_s, accepted, errs = asyncio.run(send_batches(args.url, args.token, http[run],
                                                           args.clients))
         cpu["http"].append(meter.stop(began))
+        store_rates.append(per_run * args.size / store_batches(args.dsn, direct[run],
+                                                               args.clients))
         errors += errs
         if accepted != per_run * args.size:
             errors += 1
         http_rates.append(per_run * args.size / http_s)
     return {"http_events_per_s": http_rates, "copy_events_per_s": copy_rates,
+            "store_events_per_s": store_rates,
             "errors": errors, "batch_size": args.size, "batches_per_run": per_run,
             "clients": args.clients, "cpu_seconds": cpu}
 
