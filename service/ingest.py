@@ -32,7 +32,7 @@ class IngestLimits:
     max_batch_events: int
     max_future_s: float
     max_age_s: float
-    max_in_flight: int = 32
+    max_in_flight: int = 128
     max_in_flight_bytes: int = 64 * 1024 * 1024
     statement_timeout_ms: int = 10_000
 

@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = Field(default=30_000, ge=0)
 
     ingest_max_in_flight: int = Field(
-        default=32, ge=1, description="concurrent POST /v1/events per process; more get 503"
+        default=128, ge=1, description="concurrent POST /v1/events per process; more get 503"
     )
     ingest_max_in_flight_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024,
