@@ -117,6 +117,8 @@ class Aggregator:
             if dirty:
                 report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())
             ordered = sorted(jobs)
+            if share is None:
+                self._cache.retain(jobs)
             for start in range(0, len(ordered), self.batch_jobs):
                 self._run_chunk(ordered[start:start + self.batch_jobs], now, report)
                 if progress is not None:

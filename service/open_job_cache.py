@@ -10,12 +10,14 @@ Events are append-only, and every batch that adds to a job queues that job in
 last loaded them, provided nobody else has recomputed it since (another aggregator may have
 consumed queue rows this process never saw). That is what `jobs.computed_at` tells: an
 entry is used only while the job's stored row still carries the `now` this process wrote.
+(Two aggregators would have to write the same job at the same microsecond of their own
+clocks to fool it.)
 Memory stays bounded by the running jobs (capped at `max_events`), not by history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -59,6 +61,12 @@ class OpenJobCache:
         self.hits += len(out)
         self.misses += len(candidates) - len(out)
         return out
+
+    def retain(self, job_ids: Collection[str]) -> None:
+        """Forget the jobs a pass no longer covers (closed, or closed by another aggregator
+        while this one did not look): their entries would only hold memory."""
+        for job_id in [j for j in self._entries if j not in job_ids]:
+            self._size -= len(self._entries.pop(job_id).events)
 
     def remember(self, now: datetime, job_ids: Iterable[str],
                  running: Mapping[str, tuple[list[Event], JobRows]]) -> None:

@@ -101,3 +101,20 @@ def test_model_shares_split_models_stably() -> None:
     shares = [model_share(m, 3) for m in models]
     assert set(shares) == {0, 1, 2}
     assert shares == [model_share(m, 3) for m in models]
+
+
+def test_jobs_that_stop_running_leave_the_cache(api, db_engine) -> None:
+    post_all(api, demo_events(models=3, hours=HOURS))
+    mine = Aggregator(db_engine, Taxonomy.default(), heartbeat_timeout_s=1200.0,
+                      clock=fixed(CUT))
+    mine.run_pass()
+    assert mine.cache_stats()["jobs"] > 0
+    # Another aggregator finds every heartbeat timed out and closes the jobs; this one's
+    # next pass no longer covers them (not open, nothing queued) and forgets them.
+    later = CUT + timedelta(days=1)
+    Aggregator(db_engine, Taxonomy.default(), heartbeat_timeout_s=1200.0,
+               clock=fixed(later)).run_pass()
+    assert _running_jobs(db_engine) == []
+    mine.clock = fixed(later + timedelta(minutes=1))
+    mine.run_pass()
+    assert mine.cache_stats()["jobs"] == 0
