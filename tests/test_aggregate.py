@@ -232,6 +232,8 @@ def test_an_empty_window_is_zeros_with_a_null_ratio(api, agg) -> None:
         ({"start": "yesterday"}, "start: 'yesterday' is not an RFC 3339"),
         ({"start": "2020-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}, "at most 400 days"),
         ({"group_by": "hour"}, "group_by: must be one of"),
+        ({"model": "a\x00b"}, "model: must not contain the character U+0000"),
+        ({"team": "\x00"}, "team: must not contain the character U+0000"),
     ],
 )
 def test_bad_windows_are_422_with_a_message(api, params, message) -> None:
@@ -318,3 +320,10 @@ def test_a_pass_killed_mid_way_then_rerun_equals_an_uninterrupted_one(api, agg, 
     wipe_results(db_engine)
     agg.run_pass(recompute_all=True)
     assert results_state(db_engine) == interrupted
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs/a%00b", "/v1/teams/a%00b/bill"])
+def test_a_nul_in_a_path_is_422_not_a_server_error(api, path) -> None:
+    r = api.get(path)
+    assert r.status_code == 422, r.text
+    assert "must not contain the character U+0000" in r.json()["detail"]
