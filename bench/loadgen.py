@@ -243,16 +243,13 @@ class CpuMeter:
         self.server_pid, self.postmaster = server_pid, postmaster
         self.totals: dict[str, list[float]] = {"api": [], "postgres": [], "loadgen": []}
 
-    def _now(self) -> tuple[float, float, float]:
+    def start(self) -> tuple[float, float, float]:
         return (_proc_cpu(self.server_pid) if self.server_pid else 0.0,
                 _postgres_cpu(self.postmaster) if self.postmaster else 0.0,
                 time.process_time())
 
-    def start(self) -> tuple[float, float, float]:
-        return self._now()
-
     def stop(self, began: tuple[float, float, float]) -> dict[str, float]:
-        end = self._now()
+        end = self.start()
         return {k: e - b for k, e, b in zip(("api", "postgres", "loadgen"), end, began,
                                              strict=True)}
 

@@ -107,13 +107,14 @@ class Aggregator:
             with self.engine.connect() as conn:
                 dirty = store.dirty_candidates(conn)
                 jobs = set(dirty) | set(store.open_jobs(conn))
-                if share is not None:
-                    k, n = share
-                    jobs = {job for job, model in store.all_jobs_with_models(conn)
-                            if model_share(model, n) == k}
-                    dirty = {job: at for job, at in dirty.items() if job in jobs}
-                elif recompute_all:
-                    jobs |= set(store.all_job_ids(conn))
+                if recompute_all:
+                    everything = store.all_jobs_with_models(conn)
+                    if share is None:
+                        jobs |= {job for job, _model in everything}
+                    else:
+                        k, n = share
+                        jobs = {job for job, model in everything if model_share(model, n) == k}
+                        dirty = {job: at for job, at in dirty.items() if job in jobs}
             if dirty:
                 report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())
             ordered = sorted(jobs)
@@ -172,9 +173,10 @@ class Aggregator:
             failed_set = set(failed)
             formatter = RowFormatter(now_us)
             rows = {job: formatter.job_rows(job, comp) for job, comp in computed}
-            updated = [(cached[j].rows, rows[j]) for j in locked if j in cached and j in rows]
-            replaced = [j for j in locked
-                        if j not in failed_set and not (j in cached and j in rows)]
+            # Rewritten in part: the rows stored for them are the cached ones.
+            partial = cached.keys() & rows.keys()
+            updated = [(cached[j].rows, rows[j]) for j in locked if j in partial]
+            replaced = [j for j in locked if j not in failed_set and j not in partial]
             deltas = store.Deltas.empty()
             store.subtract_previous(conn, replaced, deltas)
             store.delete_job_rows(conn, replaced)

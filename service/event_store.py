@@ -66,8 +66,13 @@ def rows_json(lines: Iterable[str]) -> str:
         [[_unescape(f) for f in line[:-1].split("\t")] for line in lines]).decode()
 
 
-def _jobs_literal(jobs: Iterable[str]) -> str:
-    return "{" + ",".join(f'"{job}"' for job in sorted(jobs)) + "}"
+def _copy_payload(lines: Sequence[str]) -> bytes:
+    """The lines as one COPY payload, sorted by event_id (see the module docstring)."""
+    return "".join(sorted(lines)).encode()
+
+
+def _queue_params(jobs: Iterable[str]) -> dict[str, str]:
+    return {"jobs": "{" + ",".join(f'"{job}"' for job in sorted(jobs)) + "}"}
 
 
 def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) -> int:
@@ -83,8 +88,8 @@ def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[st
         try:
             with conn.transaction(), conn.cursor() as cur:
                 with cur.copy(COPY_SQL) as copy:
-                    copy.write("".join(sorted(lines)).encode())
-                cur.execute(QUEUE_SQL, {"jobs": _jobs_literal(jobs)})
+                    copy.write(_copy_payload(lines))
+                cur.execute(QUEUE_SQL, _queue_params(jobs))
             return len(lines)
         except _RETRY_AS_INSERT:
             pass
@@ -102,8 +107,8 @@ async def store_rows_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
         try:
             async with conn.transaction(), conn.cursor() as cur:
                 async with cur.copy(COPY_SQL) as copy:
-                    await copy.write("".join(sorted(lines)).encode())
-                await cur.execute(QUEUE_SQL, {"jobs": _jobs_literal(jobs)})
+                    await copy.write(_copy_payload(lines))
+                await cur.execute(QUEUE_SQL, _queue_params(jobs))
             return len(lines)
         except _RETRY_AS_INSERT:
             pass

@@ -49,14 +49,9 @@ def open_jobs(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(text("SELECT job_id FROM jobs WHERE open"))]
 
 
-def all_job_ids(conn: Connection) -> list[str]:
-    """Every job with events. A loose index scan: one index probe per job, not per event."""
-    return sorted(job for job, _model in all_jobs_with_models(conn))
-
-
 def all_jobs_with_models(conn: Connection) -> list[tuple[str, str]]:
-    """Every job (with events or results) and a model it reports: the loose index scan, plus
-    one more probe per job for the model."""
+    """Every job (with events or results) and a model it reports. A loose index scan: one
+    index probe per job, not per event, and one more for the model."""
     rows = conn.execute(
         text(
             """

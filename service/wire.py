@@ -60,11 +60,10 @@ class WireEvent:
     gpus: int | None
     team: str | None
     rank: int | None
-    attrs: dict[str, Any] | None
-    extra: dict[str, Any] | None
-    # The same two as the JSON text that is stored (serialised once, while checking size).
-    attrs_text: str | None = None
-    extra_text: str | None = None
+    # `attrs` and the unknown fields as the JSON text that is stored (serialised once,
+    # while checking their size).
+    attrs_text: str | None
+    extra_text: str | None
 
 
 def parse_rfc3339(value: Any, field: str) -> datetime:
@@ -219,6 +218,6 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
             raise WireError(f"unknown fields: {_NUL_ERROR}")
         extra_text = dumped.decode()
     return WireEvent(
-        event_id, ts, job_id, attempt, model, etype, phase, gpus, team, rank,
-        None if attrs_text is None else obj["attrs"], extra, attrs_text, extra_text,
+        event_id, ts, job_id, attempt, model, etype, phase, gpus, team, rank, attrs_text,
+        extra_text,
     )
