@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 
 from ett_core.instants import HOUR_US
 from ett_core.segments import Segment
@@ -22,8 +21,10 @@ def split_at_hours(
         while lo < segment.end_us:
             bucket = lo - lo % bucket_us
             hi = min(segment.end_us, bucket + bucket_us)
-            whole = lo == segment.start_us and hi == segment.end_us
-            yield bucket, segment if whole else replace(segment, start_us=lo, end_us=hi)
+            if lo == segment.start_us and hi == segment.end_us:
+                yield bucket, segment
+            else:  # the fields after end_us, as they are (cheaper than _replace)
+                yield bucket, Segment(segment.attempt, lo, hi, *segment[3:])
             lo = hi
 
 

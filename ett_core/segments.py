@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ett_core.progress import Labelled
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):
     """Held time [start_us, end_us) of one attempt with one attribution.
 
     `settled` is False while the attribution can still change (at-risk training, time
-    after the last news of an open attempt).
+    after the last news of an open attempt). A named tuple, as `Event` is: a recompute
+    makes one per stored segment row, and cutting one (`_replace`) must stay cheap.
     """
 
     attempt: int

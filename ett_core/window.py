@@ -7,7 +7,6 @@ clips to no segments.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from ett_core.segments import Segment
 
@@ -23,5 +22,5 @@ def clip(segments: Iterable[Segment], start_us: int, end_us: int) -> tuple[Segme
         if lo == segment.start_us and hi == segment.end_us:
             out.append(segment)
         else:
-            out.append(replace(segment, start_us=lo, end_us=hi))
+            out.append(segment._replace(start_us=lo, end_us=hi))
     return tuple(out)

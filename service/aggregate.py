@@ -11,11 +11,13 @@ so two aggregators cannot deadlock or double-count (docs/operations.md).
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -56,6 +58,36 @@ class PassReport:
             "jobs_failed": self.jobs_failed,
             "lag_seconds": self.lag_seconds,
         }
+
+
+# For each chunk's transaction:
+# - everything it writes is derived from events, and it consumes its queue rows: if a
+#   database crash loses it after commit, the rows come back and the next pass redoes it,
+#   so the commit need not wait for the WAL flush;
+# - its reads are small index scans, and passes already run side by side (--workers): a
+#   parallel plan only adds worker processes to start (the event load chose one).
+_CHUNK_SETTINGS = ("SELECT set_config('synchronous_commit', 'off', true),"
+                   " set_config('max_parallel_workers_per_gather', '0', true)")
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while one chunk of jobs is recomputed.
+
+    A chunk allocates hundreds of thousands of small acyclic objects (events, segments,
+    row text), all freed by reference counting; the collector's passes over them cost a
+    tenth of a full recompute (docs/performance.md). It resumes between chunks, once a
+    chunk's objects are freed (else its first pass would walk them all), so any cyclic
+    garbage waits at most one chunk.
+    """
+    if not gc.isenabled():  # someone else paused it: theirs to resume
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def model_share(model: str, parts: int) -> int:
@@ -121,7 +153,8 @@ class Aggregator:
             if share is None:
                 self._cache.retain(jobs)
             for start in range(0, len(ordered), self.batch_jobs):
-                self._run_chunk(ordered[start:start + self.batch_jobs], now, report)
+                with _gc_paused():  # and the chunk's objects freed before it resumes
+                    self._run_chunk(ordered[start:start + self.batch_jobs], now, report)
                 if progress is not None:
                     progress(min(start + self.batch_jobs, len(ordered)), len(ordered))
             report.finished_at = self.clock()
@@ -147,6 +180,7 @@ class Aggregator:
     def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport) -> None:
         now_us = store.dt_to_us(now)
         with self.engine.begin() as conn:
+            conn.exec_driver_sql(_CHUNK_SETTINGS)
             locked = store.try_lock_jobs(conn, job_ids)
             report.jobs_skipped_locked += len(job_ids) - len(locked)
             if not locked:
@@ -178,8 +212,7 @@ class Aggregator:
             updated = [(cached[j].rows, rows[j]) for j in locked if j in partial]
             replaced = [j for j in locked if j not in failed_set and j not in partial]
             deltas = store.Deltas.empty()
-            store.subtract_previous(conn, replaced, deltas)
-            store.delete_job_rows(conn, replaced)
+            store.delete_job_rows(conn, replaced, deltas)
             store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
             store.update_jobs(conn, updated, formatter, deltas)
             store.apply_deltas(conn, deltas)

@@ -50,27 +50,40 @@ def text_array(values: Iterable[str]) -> str:
     return text("{" + ",".join(quoted) + "}")
 
 
+# "MM:SS" for each second of an hour.
+_MINUTE_SECOND = tuple(f"{s // 60:02d}:{s % 60:02d}" for s in range(3600))
+
+
 class Timestamps:
     """Microseconds since the epoch as RFC 3339 UTC text, fast: the part up to the hour is
-    formatted once per hour (a pass writes tens of thousands of stamps in a few hours)."""
+    formatted once per hour (a pass writes tens of thousands of stamps in a few hours), the
+    rest from a table, and whole hours (every segment's `hour`) are kept whole."""
 
     def __init__(self) -> None:
         self._hours: dict[int, str] = {}
+        self._whole: dict[int, str] = {}
 
     def __call__(self, us: int | None) -> str:
         if us is None:
             return NULL
+        whole = self._whole.get(us)
+        if whole is not None:
+            return whole
         rem = us % HOUR_US
         hour = us - rem
         prefix = self._hours.get(hour)
         if prefix is None:
             if len(self._hours) > 100_000:
                 self._hours.clear()
+                self._whole.clear()
             d = datetime.fromtimestamp(hour // 1_000_000, UTC)
             prefix = f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:"
             self._hours[hour] = prefix
+            self._whole[hour] = f"{prefix}00:00.000000+00:00"
+            if not rem:
+                return self._whole[hour]
         seconds, micros = divmod(rem, 1_000_000)
-        return f"{prefix}{seconds // 60:02d}:{seconds % 60:02d}.{micros:06d}+00:00"
+        return f"{prefix}{_MINUTE_SECOND[seconds]}.{micros:06d}+00:00"
 
 
 def copy_rows(cursor: object, table: str, columns: Sequence[str], lines: list[str]) -> None:

@@ -10,7 +10,6 @@ wrote for the job last time and rewrite only what changed (`results_store.update
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import orjson
@@ -44,6 +43,7 @@ class RowFormatter:
         self.now_us = now_us
         self.now_text = self.ts(now_us)
         self._labels: dict[str, str] = {}
+        self._triples: dict[tuple[str, str, str], str] = {}
 
     def label(self, value: str) -> str:
         out = self._labels.get(value)
@@ -56,29 +56,44 @@ class RowFormatter:
         settled, unsettled = rows.rollup[key]
         label = self.label
         return (f"{rows.job_id}\t{self.ts(hour)}\t{label(rows.model)}\t{label(rows.team)}\t"
-                f"{label(component)}\t{label(phase)}\t{label(owner)}\t{settled}\t{unsettled}\n")
+                f"{self.labels(component, phase, owner)}\t{settled}\t{unsettled}\n")
+
+    def labels(self, component: str, phase: str, owner: str) -> str:
+        """The three attribution fields of a row, tab-separated (one lookup per piece)."""
+        key = (component, phase, owner)
+        out = self._triples.get(key)
+        if out is None:
+            out = self._triples[key] = "\t".join(self.label(v) for v in key)
+        return out
 
     def job_rows(self, job_id: str, comp: JobComputation) -> JobRows:
-        ts, label = self.ts, self.label
+        ts, labels = self.ts, self.labels
         res = comp.result
-        model_text, team_text = label(res.model), label(res.team)
+        model_text, team_text = self.label(res.model), self.label(res.team)
         held = effective = at_risk = 0
-        rollup: dict[RollupKey, list[int]] = defaultdict(lambda: [0, 0])
+        rollup: dict[RollupKey, list[int]] = {}
         segment_lines = []
+        # Pieces mostly follow each other: a piece's start is the previous piece's end.
+        last_end, last_end_text = None, ""
         for seq, (hour, piece) in enumerate(split_at_hours(comp.segments)):
-            gpu_us = piece.gpu_us
+            attempt, start, end, gpus, component, phase, owner, settled = piece
+            gpu_us = (end - start) * gpus
             held += gpu_us
-            if piece.component == "effective_training":
+            if component == "effective_training":
                 effective += gpu_us
-                if not piece.settled:
+                if not settled:
                     at_risk += gpu_us
-            rollup[(hour, piece.component, piece.phase, piece.owner)][
-                0 if piece.settled else 1] += gpu_us
+            key = (hour, component, phase, owner)
+            cell = rollup.get(key)
+            if cell is None:
+                cell = rollup[key] = [0, 0]
+            cell[0 if settled else 1] += gpu_us
+            start_text = last_end_text if start == last_end else ts(start)
+            last_end, last_end_text = end, ts(end)
             segment_lines.append(
-                f"{job_id}\t{seq}\t{ts(hour)}\t{piece.attempt}\t{ts(piece.start_us)}\t"
-                f"{ts(piece.end_us)}\t{piece.gpus}\t{model_text}\t{team_text}\t"
-                f"{label(piece.component)}\t{label(piece.phase)}\t{label(piece.owner)}\t"
-                f"{'t' if piece.settled else 'f'}\n")
+                f"{job_id}\t{seq}\t{ts(hour)}\t{attempt}\t{start_text}\t{last_end_text}\t"
+                f"{gpus}\t{model_text}\t{team_text}\t{labels(component, phase, owner)}\t"
+                f"{'t' if settled else 'f'}\n")
         attempt_lines = {
             a.attempt: (f"{job_id}\t{a.attempt}\t{ts(a.allocated_at_us)}\t"
                         f"{ts(a.released_at_us)}\t{a.gpus}\t{fmt.text(a.end_cause)}\t"

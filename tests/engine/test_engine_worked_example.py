@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from engine_helpers import Job, at, compute, in_minutes, minutes
 
@@ -127,7 +125,7 @@ def test_without_snapshot_ts_the_example_checkpoint_snapshots_at_its_own_instant
     # SPEC 4's fallback: the save (50-51) is no longer open at 52, so the snapshot is 52:
     # lost 52-80 = 28 and effective 91 (docs/model.md, "Where SPEC needed reading").
     job = worked_example()
-    job.events = [replace(e, attrs={}) if e.type == "checkpoint" else e for e in job.events]
+    job.events = [e._replace(attrs={}) if e.type == "checkpoint" else e for e in job.events]
     result = compute(job.events).result
     assert minutes(result.phases["lost_progress"]) == 28
     assert minutes(result.effective_us) == 91
