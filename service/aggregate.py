@@ -154,7 +154,8 @@ class Aggregator:
                 self._cache.retain(jobs)
             for start in range(0, len(ordered), self.batch_jobs):
                 with _gc_paused():  # and the chunk's objects freed before it resumes
-                    self._run_chunk(ordered[start:start + self.batch_jobs], now, report)
+                    self._run_chunk(ordered[start:start + self.batch_jobs], now, report,
+                                    remember=not recompute_all)
                 if progress is not None:
                     progress(min(start + self.batch_jobs, len(ordered)), len(ordered))
             report.finished_at = self.clock()
@@ -177,7 +178,8 @@ class Aggregator:
             log.exception("aggregation: engine failed for job_id=%s", job_id)
             return None
 
-    def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport) -> None:
+    def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport,
+                   remember: bool = True) -> None:
         now_us = store.dt_to_us(now)
         with self.engine.begin() as conn:
             conn.exec_driver_sql(_CHUNK_SETTINGS)
@@ -218,8 +220,11 @@ class Aggregator:
             store.apply_deltas(conn, deltas)
             store.consume_dirty(conn, [seq for job, seq in seqs if job not in failed_set])
         # Committed: what was written at `now` is what the cache may now vouch for.
+        # A recompute of everything runs in a one-shot process (`ett aggregate --recompute-all`):
+        # keeping its running jobs would only cost memory and collector time. It still
+        # forgets what it replaced, so a long-lived aggregator's cache cannot go stale.
         self._cache.remember(now, locked, {job: (events[job], r) for job, r in rows.items()
-                                           if r.running})
+                                           if remember and r.running})
         report.jobs_recomputed += len(computed)
         report.jobs_failed += len(failed)
         report.failed_jobs.extend(failed)
