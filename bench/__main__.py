@@ -1,4 +1,4 @@
-"""`python -m bench [--quick] [--only NAME ...] [--fleet-models N] [--fleet-days D]`."""
+"""`python -m bench [--quick] [--only NAME ...] [--fleet-models N] [--fleet-days D] [--runs N]`."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="aggregation fleet size in models (default 500; quick 20)")
     p.add_argument("--fleet-days", type=float, default=None,
                    help="aggregation history in days (default 3; quick 1)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="aggregation: measured runs (default 5; fewer for a full-size fleet)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     names = args.only or list(BENCHMARKS)
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             try:
                 if name == "aggregation":
-                    module.run(pg, args.quick, models=args.fleet_models, days=args.fleet_days)
+                    module.run(pg, args.quick, models=args.fleet_models, days=args.fleet_days,
+                               runs=args.runs)
                 else:
                     module.run(pg, args.quick)
             except Exception:

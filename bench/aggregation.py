@@ -11,13 +11,20 @@
   history: the aggregator works in chunks of jobs).
 
 Each measurement runs in a fresh process (bench.agg_worker). The fleet is 500 models by
-default; its history length is a parameter (`--fleet-days`), because the full 180 days
-(~40M events here) takes hours to generate and aggregate on a 2-core machine. The target is
-a ratio, measured at whatever size ran; per-event rates extrapolate to the full size.
+default; its history length is a parameter (`--fleet-days`; the full 180 days is ~40M
+events here, ~20 GB with its results, a long run on a 2-core machine). The target is a
+ratio, measured at whatever size ran; per-event rates extrapolate to the full size.
+
+Every measured recompute replaces results that exist (an unmeasured recompute writes them
+first), as after a taxonomy change in a running deployment. Before each measurement the
+tables are vacuumed and a checkpoint is taken, as pgbench does before its runs: otherwise
+each recompute would find the dead rows of all the earlier ones, a state five recomputes
+back to back create and a deployment never has (autovacuum keeps up with one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -46,19 +53,33 @@ def build(pg: Postgres, models: int, days: float, live_s: float) -> tuple[str, i
     return url, n, live, cutoff
 
 
+def settle(url: str) -> None:
+    """Vacuum the tables and checkpoint, so that each measurement starts alike."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # not our server
+            conn.execute("CHECKPOINT")
+
+
 def run(pg: Postgres, quick: bool, models: int | None = None,
-        days: float | None = None) -> dict[str, Any]:
+        days: float | None = None, runs: int | None = None) -> dict[str, Any]:
     models = models or (20 if quick else FULL_MODELS)
     days = days or (1.0 if quick else 3.0)
-    runs = 5
+    runs = runs or 5
     url, n_events, live, cutoff = build(pg, models, days, live_s=5 * 60)
     print(f"fleet: {models} models x {days:g} days = {n_events} events", flush=True)
     workers = min(4, os.cpu_count() or 1)
     scans, fulls, singles, rss = [], [], [], []
     jobs = 0
+    run_json(["bench.agg_worker", "full", url, cutoff.isoformat(), str(workers)])
     for _ in range(runs):
+        settle(url)
         s = run_json(["bench.agg_worker", "scan", url])
+        settle(url)
         f = run_json(["bench.agg_worker", "full", url, cutoff.isoformat(), str(workers)])
+        settle(url)
         one = run_json(["bench.agg_worker", "full", url, cutoff.isoformat(), "1"])
         scans.append(s["seconds"])
         fulls.append(f["seconds"])
