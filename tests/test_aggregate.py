@@ -327,3 +327,24 @@ def test_a_nul_in_a_path_is_422_not_a_server_error(api, path) -> None:
     r = api.get(path)
     assert r.status_code == 422, r.text
     assert "must not contain the character U+0000" in r.json()["detail"]
+
+
+def test_a_pass_leaves_the_collector_and_the_connection_settings_as_it_found_them(
+        api, agg) -> None:
+    # Chunks hold off the cyclic GC and relax commit durability for their own transaction
+    # only (service/aggregate.py); neither may leak into the process or the pool.
+    import gc
+
+    post_all(api, demo_events(models=2, hours=4))
+    assert gc.isenabled()
+    assert agg.run_pass().jobs_recomputed > 0
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        agg.run_pass(recompute_all=True)
+        assert not gc.isenabled()  # whoever paused it resumes it
+    finally:
+        gc.enable()
+    with agg.engine.connect() as conn:  # the pooled connection the passes used
+        assert conn.execute(text("SHOW synchronous_commit")).scalar() == "on"
+        assert conn.execute(text("SHOW max_parallel_workers_per_gather")).scalar() != "0"
