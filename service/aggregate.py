@@ -12,6 +12,7 @@ so two aggregators cannot deadlock or double-count (docs/operations.md).
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import threading
 import time
@@ -90,6 +91,11 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+def _chunked(jobs: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(jobs), size):
+        yield jobs[start:start + size]
+
+
 def model_share(model: str, parts: int) -> int:
     """Which of `parts` parts a model's jobs belong to (stable across processes)."""
     return zlib.crc32(model.encode()) % parts
@@ -130,7 +136,8 @@ class Aggregator:
         """One pass. `share=(k, n)` (with `recompute_all`) takes only the jobs whose model
         falls in part k of n (`model_share`): n processes with k = 0..n-1 recompute the
         whole fleet between them, and never write the same fleet rollup rows, which are
-        keyed by model (service/recompute.py)."""
+        keyed by model (service/recompute.py). `progress(done, total)` follows the pass;
+        `total` is 0 for a share (its size is not known ahead)."""
         if share is not None and not recompute_all:
             raise ValueError("share is for recompute_all passes")
         with self._lock:
@@ -138,26 +145,28 @@ class Aggregator:
             report = PassReport(started_at=now)
             with self.engine.connect() as conn:
                 dirty = store.dirty_candidates(conn)
-                jobs = set(dirty) | set(store.open_jobs(conn))
+                jobs = sorted(set(dirty) | set(store.open_jobs(conn)))
+                total = len(jobs)
                 if recompute_all:
-                    everything = store.all_jobs_with_models(conn)
-                    if share is None:
-                        jobs |= {job for job, _model in everything}
-                    else:
-                        k, n = share
-                        jobs = {job for job, model in everything if model_share(model, n) == k}
-                        dirty = {job: at for job, at in dirty.items() if job in jobs}
-            if dirty:
+                    total = store.count_jobs(conn) if progress and share is None else 0
+            if dirty and share is None:
                 report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())
-            ordered = sorted(jobs)
-            if share is None:
+            if not recompute_all:
                 self._cache.retain(jobs)
-            for start in range(0, len(ordered), self.batch_jobs):
+                chunks = _chunked(jobs, self.batch_jobs)
+            elif share is None:
+                # The queued and open jobs first (what a plain pass takes), then every job.
+                chunks = itertools.chain(_chunked(jobs, self.batch_jobs),
+                                         self._all_jobs(None, skip=set(jobs)))
+            else:
+                chunks = self._all_jobs(share, skip=set())
+            done = 0
+            for chunk in chunks:
                 with _gc_paused():  # and the chunk's objects freed before it resumes
-                    self._run_chunk(ordered[start:start + self.batch_jobs], now, report,
-                                    remember=not recompute_all)
+                    self._run_chunk(chunk, now, report, remember=not recompute_all)
+                done += len(chunk)
                 if progress is not None:
-                    progress(min(start + self.batch_jobs, len(ordered)), len(ordered))
+                    progress(done, max(total, done) if total else 0)
             report.finished_at = self.clock()
             self.last_report = report
             self.last_success_at = report.finished_at
@@ -169,6 +178,28 @@ class Aggregator:
                 report.duration_seconds,
             )
             return report
+
+    def _all_jobs(self, share: tuple[int, int] | None, skip: set[str]
+                  ) -> Iterator[list[str]]:
+        """Every job (of the share), in chunks, read a page at a time: memory stays flat
+        however long the history."""
+        after, pending = "", []
+        while True:
+            with self.engine.connect() as conn:
+                page = store.jobs_with_models_after(conn, after, 5 * self.batch_jobs)
+            if not page:
+                break
+            after = page[-1][0]
+            # A job reporting two models can fall in two shares: both recompute it, in turn
+            # (the advisory lock), which is correct, only repeated.
+            for job in dict.fromkeys(job for job, model in page if job not in skip and (
+                    share is None or model_share(model, share[1]) == share[0])):
+                pending.append(job)
+                if len(pending) == self.batch_jobs:
+                    yield pending
+                    pending = []
+        if pending:
+            yield pending
 
     def _compute(self, job_id: str, events: Sequence, now_us: int) -> JobComputation | None:
         try:

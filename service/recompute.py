@@ -47,14 +47,27 @@ def _work(url: str, settings: Settings, share: tuple[int, int],
         engine.dispose()
 
 
+def _count_jobs(url: str) -> int:
+    from .database import make_engine
+    from .results_store import count_jobs
+
+    engine = make_engine(url, pool_size=1, statement_timeout_ms=0)
+    try:
+        with engine.connect() as conn:
+            return count_jobs(conn)
+    finally:
+        engine.dispose()
+
+
 def recompute_all(url: str, settings: Settings, workers: int,
                   progress: Callable[[int, int], None] | None = None,
                   now: datetime | None = None) -> PassReport:
     """Recompute every job in `workers` processes; the merged report of their passes.
     `now` fixes the passes' clock (benchmarks and tests), else each reads its own."""
+    total = _count_jobs(url) if progress is not None else 0
     ctx = mp.get_context("spawn")  # no forked copies of this process's connections
     updates = ctx.Queue()
-    counts: dict[int, tuple[int, int]] = {}
+    counts: dict[int, int] = {}
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init,
                              initargs=(updates,)) as pool:
         futures: list[Future[PassReport]] = [
@@ -62,15 +75,15 @@ def recompute_all(url: str, settings: Settings, workers: int,
         while True:
             finished = all(f.done() for f in futures)
             try:  # once all are done, only what is still queued
-                k, done, total = updates.get(timeout=0.05 if finished else 0.2)
+                k, done, _share_total = updates.get(timeout=0.05 if finished else 0.2)
             except queue.Empty:
                 if finished:
                     break
                 continue
-            counts[k] = (done, total)
+            counts[k] = done
             if progress is not None:
-                progress(sum(d for d, _ in counts.values()),
-                         sum(t for _, t in counts.values()))
+                done_all = sum(counts.values())
+                progress(done_all, max(total, done_all))
         results = [f.result() for f in futures]
     report = PassReport(started_at=min(r.started_at for r in results))
     report.finished_at = max(r.finished_at or r.started_at for r in results)

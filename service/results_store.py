@@ -52,25 +52,44 @@ def open_jobs(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(text("SELECT job_id FROM jobs WHERE open"))]
 
 
-def all_jobs_with_models(conn: Connection) -> list[tuple[str, str]]:
-    """Every job (with events or results) and a model it reports. A loose index scan: one
-    index probe per job, not per event, and one more for the model."""
-    rows = conn.execute(
-        text(
-            """
-            WITH RECURSIVE j(id) AS (
-                SELECT min(job_id) FROM events
-                UNION ALL
-                SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
-                FROM j WHERE j.id IS NOT NULL
-            )
-            SELECT id, (SELECT model FROM events WHERE job_id = j.id LIMIT 1)
-            FROM j WHERE id IS NOT NULL
-            UNION SELECT job_id, model FROM jobs
-            """
+# A loose index scan over events (one probe per job, not per event) from a starting job:
+# PostgreSQL runs a recursive query only as far as its reader fetches, so LIMIT stops it.
+_JOBS_AFTER = """
+    WITH RECURSIVE j(id) AS (
+        SELECT min(job_id) FROM events WHERE job_id > :after
+        UNION ALL
+        SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
+        FROM j WHERE j.id IS NOT NULL
+    ), first_ids AS (SELECT id FROM j WHERE id IS NOT NULL LIMIT :n)
+    SELECT id, (SELECT model FROM events WHERE job_id = first_ids.id LIMIT 1) FROM first_ids
+    UNION
+    (SELECT job_id, model FROM jobs WHERE job_id > :after ORDER BY job_id LIMIT :n)
+"""
+
+
+def jobs_with_models_after(conn: Connection, after: str, limit: int
+                           ) -> list[tuple[str, str]]:
+    """The first `limit` jobs after `after` in job order (with events or results), each with
+    the models it reports: one page of every job, so that a recompute of everything never
+    holds the whole fleet's job list (it grows with history)."""
+    pairs = sorted(set(conn.execute(text(_JOBS_AFTER), {"after": after, "n": limit})))
+    # Each source gave its first `limit` jobs, so the union's first `limit` are complete.
+    first = sorted({job for job, _model in pairs})[:limit]
+    return [(job, model) for job, model in pairs if job <= first[-1]] if first else []
+
+
+def count_jobs(conn: Connection) -> int:
+    """How many jobs a recompute of everything covers (for its progress bar)."""
+    return conn.execute(text(
+        """
+        WITH RECURSIVE j(id) AS (
+            SELECT min(job_id) FROM events
+            UNION ALL
+            SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
+            FROM j WHERE j.id IS NOT NULL
         )
-    )
-    return sorted({(job, model) for job, model in rows})
+        SELECT count(*) FROM (SELECT id FROM j WHERE id IS NOT NULL UNION SELECT job_id FROM jobs) s
+        """)).scalar_one()
 
 
 def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:

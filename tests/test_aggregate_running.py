@@ -118,3 +118,47 @@ def test_jobs_that_stop_running_leave_the_cache(api, db_engine) -> None:
     mine.clock = fixed(later + timedelta(minutes=1))
     mine.run_pass()
     assert mine.cache_stats()["jobs"] == 0
+
+
+def test_a_recompute_of_everything_reads_its_jobs_a_page_at_a_time(api, db_engine) -> None:
+    # Pages of 5 jobs (batch_jobs=1), whole and in two shares: the same results as one
+    # page, every job once, and a progress bar that ends at the job count.
+    post_all(api, demo_events(models=4, hours=HOURS))
+    now = CUT + timedelta(minutes=3)
+    whole = _from_nothing(db_engine, now, 600.0)
+    wipe_results(db_engine)
+    seen: list[tuple[int, int]] = []
+    report = Aggregator(db_engine, Taxonomy.default(), batch_jobs=1, clock=fixed(now)).run_pass(
+        recompute_all=True, progress=lambda d, t: seen.append((d, t)))
+    assert len(whole["jobs"]) > 10
+    assert report.jobs_recomputed == len(whole["jobs"])
+    assert seen[-1] == (len(whole["jobs"]), len(whole["jobs"]))
+    assert results_state(db_engine) == whole
+    wipe_results(db_engine)
+    done = sum(Aggregator(db_engine, Taxonomy.default(), batch_jobs=2, clock=fixed(now))
+               .run_pass(recompute_all=True, share=(k, 2)).jobs_recomputed for k in range(2))
+    assert done == len(whole["jobs"])
+    assert results_state(db_engine) == whole
+
+
+def test_job_pages_cover_jobs_with_events_only_or_results_only(api, db_engine) -> None:
+    from service.results_store import count_jobs, jobs_with_models_after
+
+    post_all(api, demo_events(models=3, hours=6))
+    Aggregator(db_engine, Taxonomy.default(), clock=fixed(CUT)).run_pass()
+    with db_engine.begin() as conn:
+        pruned = conn.execute(text("SELECT min(job_id) FROM jobs")).scalar_one()
+        conn.execute(text("DELETE FROM events WHERE job_id = :j"), {"j": pruned})
+    post_all(api, [event("allocated", 1, job_id="zz-new", model="m-new", gpus=8)])
+    with db_engine.connect() as conn:
+        expected = {r[0] for r in conn.execute(text(
+            "SELECT job_id FROM jobs UNION SELECT job_id FROM events"))}
+        pages, after = [], ""
+        while page := jobs_with_models_after(conn, after, 3):
+            assert len({job for job, _ in page}) <= 3
+            pages.append(page)
+            after = page[-1][0]
+        assert count_jobs(conn) == len(expected)
+    listed = [job for page in pages for job, _model in page]
+    assert sorted(listed) == listed and set(listed) == expected and len(listed) == len(expected)
+    assert pruned in listed and ("zz-new", "m-new") in pages[-1]
