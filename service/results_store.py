@@ -52,30 +52,38 @@ def open_jobs(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(text("SELECT job_id FROM jobs WHERE open"))]
 
 
-# A loose index scan over events (one probe per job, not per event) from a starting job:
-# PostgreSQL runs a recursive query only as far as its reader fetches, so LIMIT stops it.
+# One page of every job: a loose index scan over events (one probe per job, not per event)
+# from a starting job, which PostgreSQL runs only as far as the LIMIT fetches, merged with
+# `jobs`. Each source gives its first :n jobs, so the merge's first :n are complete. The
+# order is the database's (its collation), never Python's, so that the next page starts
+# exactly where this one ended.
 _JOBS_AFTER = """
     WITH RECURSIVE j(id) AS (
         SELECT min(job_id) FROM events WHERE job_id > :after
         UNION ALL
         SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
         FROM j WHERE j.id IS NOT NULL
-    ), first_ids AS (SELECT id FROM j WHERE id IS NOT NULL LIMIT :n)
-    SELECT id, (SELECT model FROM events WHERE job_id = first_ids.id LIMIT 1) FROM first_ids
-    UNION
-    (SELECT job_id, model FROM jobs WHERE job_id > :after ORDER BY job_id LIMIT :n)
+    ), first_ids AS (SELECT id FROM j WHERE id IS NOT NULL LIMIT :n),
+    pairs AS (
+        SELECT id, (SELECT model FROM events WHERE job_id = first_ids.id LIMIT 1) AS model
+        FROM first_ids
+        UNION
+        (SELECT job_id, model FROM jobs WHERE job_id > :after ORDER BY job_id LIMIT :n)
+    )
+    SELECT id, model FROM pairs
+    WHERE id IN (SELECT DISTINCT id FROM pairs ORDER BY id LIMIT :n)
+    ORDER BY id, model
 """
 
 
 def jobs_with_models_after(conn: Connection, after: str, limit: int
                            ) -> list[tuple[str, str]]:
-    """The first `limit` jobs after `after` in job order (with events or results), each with
-    the models it reports: one page of every job, so that a recompute of everything never
-    holds the whole fleet's job list (it grows with history)."""
-    pairs = sorted(set(conn.execute(text(_JOBS_AFTER), {"after": after, "n": limit})))
-    # Each source gave its first `limit` jobs, so the union's first `limit` are complete.
-    first = sorted({job for job, _model in pairs})[:limit]
-    return [(job, model) for job, model in pairs if job <= first[-1]] if first else []
+    """The first `limit` jobs after `after` in the database's job order (with events or
+    results), each with the models it reports; the last one is the next page's `after`.
+    A recompute of everything reads pages, never the whole fleet's job list (it grows with
+    history)."""
+    return [(job, model) for job, model in conn.execute(text(_JOBS_AFTER),
+                                                        {"after": after, "n": limit})]
 
 
 def count_jobs(conn: Connection) -> int:

