@@ -146,8 +146,9 @@ class Aggregator:
             with self.engine.connect() as conn:
                 dirty = store.dirty_candidates(conn)
                 jobs = sorted(set(dirty) | set(store.open_jobs(conn)))
-                total = len(jobs)
-                if recompute_all:
+                if not recompute_all:
+                    total = len(jobs)
+                else:  # counted only for a progress bar; a share's size is not known ahead
                     total = store.count_jobs(conn) if progress and share is None else 0
             if dirty and share is None:
                 report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())

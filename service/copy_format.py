@@ -60,30 +60,25 @@ class Timestamps:
     rest from a table, and whole hours (every segment's `hour`) are kept whole."""
 
     def __init__(self) -> None:
-        self._hours: dict[int, str] = {}
-        self._whole: dict[int, str] = {}
+        # hour -> (the text up to the hour, the whole hour's text)
+        self._hours: dict[int, tuple[str, str]] = {}
 
     def __call__(self, us: int | None) -> str:
         if us is None:
             return NULL
-        whole = self._whole.get(us)
-        if whole is not None:
-            return whole
         rem = us % HOUR_US
         hour = us - rem
-        prefix = self._hours.get(hour)
-        if prefix is None:
+        texts = self._hours.get(hour)
+        if texts is None:
             if len(self._hours) > 100_000:
                 self._hours.clear()
-                self._whole.clear()
             d = datetime.fromtimestamp(hour // 1_000_000, UTC)
             prefix = f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:"
-            self._hours[hour] = prefix
-            self._whole[hour] = f"{prefix}00:00.000000+00:00"
-            if not rem:
-                return self._whole[hour]
+            texts = self._hours[hour] = (prefix, f"{prefix}00:00.000000+00:00")
+        if not rem:
+            return texts[1]
         seconds, micros = divmod(rem, 1_000_000)
-        return f"{prefix}{_MINUTE_SECOND[seconds]}.{micros:06d}+00:00"
+        return f"{texts[0]}{_MINUTE_SECOND[seconds]}.{micros:06d}+00:00"
 
 
 def copy_rows(cursor: object, table: str, columns: Sequence[str], lines: list[str]) -> None:

@@ -57,13 +57,14 @@ def open_jobs(conn: Connection) -> list[str]:
 # `jobs`. Each source gives its first :n jobs, so the merge's first :n are complete. The
 # order is the database's (its collation), never Python's, so that the next page starts
 # exactly where this one ended.
-_JOBS_AFTER = """
+_JOB_IDS_AFTER = """
     WITH RECURSIVE j(id) AS (
         SELECT min(job_id) FROM events WHERE job_id > :after
         UNION ALL
         SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
         FROM j WHERE j.id IS NOT NULL
-    ), first_ids AS (SELECT id FROM j WHERE id IS NOT NULL LIMIT :n),
+    )"""
+_JOBS_AFTER = _JOB_IDS_AFTER + """, first_ids AS (SELECT id FROM j WHERE id IS NOT NULL LIMIT :n),
     pairs AS (
         SELECT id, (SELECT model FROM events WHERE job_id = first_ids.id LIMIT 1) AS model
         FROM first_ids
@@ -89,15 +90,8 @@ def jobs_with_models_after(conn: Connection, after: str, limit: int
 def count_jobs(conn: Connection) -> int:
     """How many jobs a recompute of everything covers (for its progress bar)."""
     return conn.execute(text(
-        """
-        WITH RECURSIVE j(id) AS (
-            SELECT min(job_id) FROM events
-            UNION ALL
-            SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
-            FROM j WHERE j.id IS NOT NULL
-        )
-        SELECT count(*) FROM (SELECT id FROM j WHERE id IS NOT NULL UNION SELECT job_id FROM jobs) s
-        """)).scalar_one()
+        _JOB_IDS_AFTER + " SELECT count(*) FROM (SELECT id FROM j WHERE id IS NOT NULL"
+        " UNION SELECT job_id FROM jobs) s"), {"after": ""}).scalar_one()
 
 
 def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:
@@ -165,6 +159,19 @@ class Deltas:
     def empty(cls) -> Deltas:
         return cls({}, {})
 
+    def add(self, hour_us: int, model: str, team: str, component: str, phase: str,
+            owner: str, settled: int, unsettled: int) -> None:
+        """Add GPU-microseconds (negative to take away) to one fleet cell and its total."""
+        key = (hour_us, model, team, component, phase, owner)
+        cell = self.fleet.get(key)
+        if cell is None:
+            self.fleet[key] = [settled, unsettled]
+        else:
+            cell[0] += settled
+            cell[1] += unsettled
+        total = (model, team, component, owner)
+        self.totals[total] = self.totals.get(total, 0) + settled
+
 
 # The old rollup rows come back from their DELETE, summed per fleet cell: one index scan
 # instead of a read and then a delete, and far fewer rows for Python to walk.
@@ -183,19 +190,10 @@ def delete_job_rows(conn: Connection, job_ids: Sequence[str], deltas: Deltas) ->
     if not job_ids:
         return
     params = {"ids": list(job_ids)}
-    fleet, totals = deltas.fleet, deltas.totals
     with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
         cur.execute(_DELETE_ROLLUP, params)
         for hour, model, team, component, phase, owner, settled, unsettled in cur:
-            key = (hour, model, team, component, phase, owner)
-            cell = fleet.get(key)
-            if cell is None:
-                fleet[key] = [-settled, -unsettled]
-            else:
-                cell[0] -= settled
-                cell[1] -= unsettled
-            total = (model, team, component, owner)
-            totals[total] = totals.get(total, 0) - settled
+            deltas.add(hour, model, team, component, phase, owner, -settled, -unsettled)
         for table in ("segments", "attempts", "jobs"):
             cur.execute(f"DELETE FROM {table} WHERE job_id = ANY(%(ids)s)", params)
 
@@ -294,15 +292,8 @@ def _add(deltas: Deltas, rows: JobRows, key: RollupKey, values: tuple[int, int],
          sign: int) -> None:
     hour, component, phase, owner = key
     settled, unsettled = values
-    key = (hour, rows.model, rows.team, component, phase, owner)
-    cell = deltas.fleet.get(key)
-    if cell is None:
-        deltas.fleet[key] = [sign * settled, sign * unsettled]
-    else:
-        cell[0] += sign * settled
-        cell[1] += sign * unsettled
-    total = (rows.model, rows.team, component, owner)
-    deltas.totals[total] = deltas.totals.get(total, 0) + sign * settled
+    deltas.add(hour, rows.model, rows.team, component, phase, owner, sign * settled,
+               sign * unsettled)
 
 
 def _copy_all(conn: Connection, jobs: list[str], attempts: list[str], segments: list[str],
