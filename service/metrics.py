@@ -40,10 +40,11 @@ STATE_KEY = "exported_counters"
 class MonotonicCounters:
     """Turns database totals (which a late event may revise down) into counters."""
 
-    def __init__(self, restored: dict[Key, float] | None = None) -> None:
+    def __init__(self, restored: dict[Key, float] | None = None,
+                 revised: dict[Key, float] | None = None) -> None:
         self.exported: dict[Key, float] = dict(restored or {})
         self._seen: dict[Key, float] = {}
-        self.revised: dict[Key, float] = {}
+        self.revised: dict[Key, float] = dict(revised or {})
 
     def update(self, current: dict[Key, float], revision_key: int | None = None) -> None:
         for key in set(current) | set(self._seen):
@@ -119,7 +120,8 @@ class AggregatorCollector(Collector):
                 text("SELECT value FROM aggregator_state WHERE key = :k"), {"k": STATE_KEY}
             ).first()
         if row is not None:
-            self.settled = MonotonicCounters(_decode(row[0].get("settled", [])))
+            self.settled = MonotonicCounters(_decode(row[0].get("settled", [])),
+                                             _decode(row[0].get("revisions", [])))
             self.failures = MonotonicCounters(_decode(row[0].get("failures", [])))
             self.histograms = MonotonicCounters(_decode(row[0].get("histograms", [])))
         self._restored = True
@@ -127,6 +129,7 @@ class AggregatorCollector(Collector):
     def _persist(self) -> None:
         value = {
             "settled": _encode(self.settled.exported),
+            "revisions": _encode(self.settled.revised),
             "failures": _encode(self.failures.exported),
             "histograms": _encode(self.histograms.exported),
         }
@@ -252,8 +255,11 @@ class AggregatorCollector(Collector):
                 held_sums[(model, team)] = held_sums.get((model, team), 0.0) + v
             for key, v in sorted(held_sums.items()):
                 held.add_metric(list(key), v)
-            for key, v in sorted(self.settled.revised.items()):
-                revisions.add_metric(list(key), v)
+            # Every model with settled time has the series, at 0 until a revision: an
+            # absent series would make rate() and the panels that read it show "no data".
+            for model in sorted({k[0] for k in self.settled.exported} | {
+                    k[0] for k in self.settled.revised}):
+                revisions.add_metric([model], self.settled.revised.get((model,), 0.0))
             for key, v in sorted(snap.at_risk_gpu_seconds.items()):
                 at_risk.add_metric(list(key), v)
             for key, v in sorted(snap.jobs_running.items()):

@@ -47,6 +47,8 @@ def test_a_pass_exports_the_catalog_figures(api, exporter) -> None:
     assert m[("ett_time_to_recover_seconds_sum", (("cause", "infra"), ("team", "ads")))] == 2640
     assert m[("ett_time_to_start_seconds_count", (("team", "ads"),))] == 1
     assert m[("ett_metrics_leader", ())] == 1
+    # Present at 0 before any revision, so rate() over it has data from the start.
+    assert m[("ett_settled_revisions_gpu_seconds_total", (("model", "model-a"),))] == 0
     assert ("ett_aggregation_last_success_timestamp_seconds", ()) in m
     documented = Path("docs/metrics.md").read_text()
     for name in {n for n, _ in m}:
@@ -91,8 +93,10 @@ def test_a_restarted_exporter_continues_its_counters(api, exporter, app_context,
     fresh.refresh()
     second = samples(generate_latest(registry).decode())
     fresh.close()
+    revised = ("ett_settled_revisions_gpu_seconds_total", (("model", "model-a"),))
+    assert first[revised] == 30 * 60 * 8
     for key, value in first.items():
-        if key[0] == "ett_settled_gpu_seconds_total":
+        if key[0] in ("ett_settled_gpu_seconds_total", revised[0]):
             assert second[key] == value, key
 
 
