@@ -257,8 +257,8 @@ class AggregatorCollector(Collector):
                 held.add_metric(list(key), v)
             # Every model with settled time has the series, at 0 until a revision: an
             # absent series would make rate() and the panels that read it show "no data".
-            for model in sorted({k[0] for k in self.settled.exported} | {
-                    k[0] for k in self.settled.revised}):
+            # (A revision only ever lowers a key that was exported, so these are all models.)
+            for model in sorted({model for model, _team in held_sums}):
                 revisions.add_metric([model], self.settled.revised.get((model,), 0.0))
             for key, v in sorted(snap.at_risk_gpu_seconds.items()):
                 at_risk.add_metric(list(key), v)
