@@ -120,13 +120,22 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+def _dumps(value: Any, what: str) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        # Not from the wire (its integers always fit 64 bits), but `validate_event` decides
+        # every event it is given: a Python caller's out-of-range integer is a rejection.
+        raise WireError(f"{what}: cannot be stored as JSON ({exc})") from None
+
+
 def attrs_json(value: Any, etype: str) -> str | None:
     """Check `attrs` for an event of type `etype`; return it as JSON text (None for none)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise WireError("attrs: must be a JSON object")
-    dumped = orjson.dumps(value)
+    dumped = _dumps(value, "attrs")
     if len(dumped) > MAX_ATTRS_BYTES:
         raise WireError(f"attrs: larger than {MAX_ATTRS_BYTES} bytes")
     if b"\\u0000" in dumped and _has_nul(value):
@@ -210,7 +219,7 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
              else {k: v for k, v in obj.items() if k not in KNOWN_FIELDS})
     extra_text = None
     if extra is not None:
-        dumped = orjson.dumps(extra)
+        dumped = _dumps(extra, "unknown fields")
         if len(dumped) > MAX_ATTRS_BYTES:
             raise WireError(
                 f"{next(iter(extra))}: unknown fields larger than {MAX_ATTRS_BYTES} bytes")

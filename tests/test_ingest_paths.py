@@ -106,6 +106,18 @@ def test_a_batch_is_decided_exactly_as_event_by_event_validation_decides_it(chan
     assert batch.jobs == {row[2] for row in rows}
 
 
+def test_an_integer_json_cannot_carry_is_a_rejection_on_both_paths() -> None:
+    # Found by the property above: a Python int beyond 64 bits in an unknown field raised a
+    # TypeError. The wire cannot carry one (orjson reads it as a float); a caller can.
+    big = 2**64
+    raw = [event("heartbeat", 1, attrs={"n": big}), event("heartbeat", 2, extra_field=[big])]
+    batch = validate_batch(raw, ADMIN, now=NOW, **LIMITS)
+    assert not batch.lines
+    assert [r["error"] for r in batch.rejected] == [
+        "attrs: cannot be stored as JSON (Integer exceeds 64-bit range)",
+        "unknown fields: cannot be stored as JSON (Integer exceeds 64-bit range)"]
+
+
 def test_the_fast_path_keeps_the_timestamp_text_postgresql_reads_the_same_way() -> None:
     ev = event("heartbeat", 1)
     ev["ts"] = "2026-11-01T10:00:00.5Z"
