@@ -9,6 +9,7 @@ job resumes from its last durable checkpoint and completes. Rank 0 writes a grou
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -52,8 +53,6 @@ def launch(service: Any, tmp: Path, job_id: str, **extra: str) -> subprocess.Pop
 def expected_from_truth(path: Path) -> dict[str, Any]:
     """The job's numbers from its own log: innermost open phase owns each instant (SPEC 2),
     training since the last durable snapshot before a failure is lost progress (SPEC 4)."""
-    import json
-
     facts = [json.loads(line) for line in path.read_text().splitlines()]
     attempts = sorted({f["attempt"] for f in facts})
     alloc = {k: next(f["t"] for f in facts if f["attempt"] == k and f["what"] == "allocated")
@@ -115,12 +114,14 @@ def close_enough(got: float, want: float) -> bool:
 
 
 def check(result: dict[str, Any], truth: dict[str, Any]) -> None:
-    assert len(result["attempts"]) == truth["attempts"] == 2
+    # In full: pytest shortens a long tuple, and a one-off mismatch is only diagnosable whole.
+    both = f"service: {json.dumps(result, sort_keys=True)}\ntruth: {json.dumps(truth)}"
+    assert len(result["attempts"]) == truth["attempts"] == 2, both
     assert result["state"] == "completed"
-    assert close_enough(result["held_seconds"], truth["held"]), (result, truth)
+    assert close_enough(result["held_seconds"], truth["held"]), both
     for name, want in truth["components"].items():
-        assert close_enough(result["components"].get(name, 0.0), want), (name, result, truth)
-    assert close_enough(result["phases"].get("lost_progress", 0.0), truth["lost"])
+        assert close_enough(result["components"].get(name, 0.0), want), f"{name}\n{both}"
+    assert close_enough(result["phases"].get("lost_progress", 0.0), truth["lost"]), both
     assert truth["lost"] > 0
     level1 = result["level1"]
     assert level1["nof"] == 1
