@@ -28,9 +28,9 @@ def main() -> None:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from service.database import make_engine
+    from service.aggregate import build_aggregator  # noqa: F401
+    from service.store.engine import make_engine
     from service.taxonomy import load_taxonomy  # noqa: F401  (import cost outside the clock)
-    from service.wiring import build_aggregator  # noqa: F401
 
     mode, url = sys.argv[1], sys.argv[2]
     out: dict[str, object] = {"rss_before_mb": round(peak_rss_mb(), 1)}
@@ -57,7 +57,7 @@ def main() -> None:
             workers = int(sys.argv[4]) if len(sys.argv) > 4 else 1
             t0 = time.perf_counter()
             if workers > 1:
-                from service.recompute import recompute_all
+                from service.aggregation.recompute import recompute_all
                 from service.settings import Settings
 
                 report = recompute_all(url, Settings(database_url=url), workers, now=now)
@@ -66,9 +66,9 @@ def main() -> None:
             out.update(seconds=time.perf_counter() - t0, jobs=report.jobs_recomputed,
                        failed=report.jobs_failed, workers=workers)
         else:
-            from service.auth import Principal
-            from service.batch import validate_batch
+            from service.access.auth import Principal
             from service.ingest import store
+            from service.wire.batch import validate_batch
 
             with open(sys.argv[4]) as fh:
                 minutes = json.load(fh)

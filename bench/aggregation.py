@@ -3,7 +3,7 @@
 * full recompute of the fleet within 2x of a plain SQL scan of the same events in job/time
   order (psycopg server-side cursor, every row fetched into Python), alternated in the
   same run: `ett aggregate --recompute-all` as it runs by default (one process per CPU, at
-  most 4, sharing the models: service/recompute.py), and in one process;
+  most 4, sharing the models: service/aggregation/recompute.py), and in one process;
 * an incremental pass after one minute of live traffic (the fleet's next minute, stored
   through the ingest path's `store`) under 1 s, by an aggregator that made the pass
   before (as a running service has: its cache of running jobs is warm);

@@ -106,7 +106,8 @@ class Postgres:
         self._embedded: Any = None
 
     def start(self) -> None:
-        from service.database import EmbeddedPostgres, normalize_url
+        from service.store.embedded import EmbeddedPostgres
+        from service.store.engine import normalize_url
 
         url = os.environ.get("ETT_BENCH_DATABASE_URL")
         if url:
@@ -123,8 +124,8 @@ class Postgres:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def create_database(self, prefix: str) -> str:
-        from service import migrate
-        from service.database import make_engine
+        from service.store import migrate
+        from service.store.engine import make_engine
 
         assert self.server_url is not None
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"

@@ -1,4 +1,4 @@
-"""A simulated fleet straight into `events` by COPY (service.demo_fleet's generator, the
+"""A simulated fleet straight into `events` by COPY (service.demo.fleet's generator, the
 same shape `ett demo` posts), split over worker processes by model.
 
 Events up to `cutoff` are copied; the ones in (cutoff, cutoff + live_s] are returned as
@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from service.demo_fleet import FleetSpec, ModelSimulator, fleet_models
+from service.demo.fleet import FleetSpec, ModelSimulator, fleet_models
 
 from .loadgen import COPY_COLUMNS, _copy_field
 

@@ -7,7 +7,7 @@ same `events` table (same indexes, same server) in 1000-row transactions from as
 connections. Target: HTTP rate >= 75% of the COPY rate.
 
 Three figures explain the ratio: the store path alone (the same bodies validated beforehand,
-stored by `event_store.store_rows` from as many connections); the CPU each party spent per
+stored by `store.events.store_rows` from as many connections); the CPU each party spent per
 event in each phase (the API server, PostgreSQL's processes, the generator), read from /proc
 around each phase; and from those, the API CPU per event at which the ratio of the CPU
 totals would reach the target, everything else as measured (on a machine whose cores all

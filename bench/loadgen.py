@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import orjson
 import psycopg
 
-from service.demo_fleet import FleetSpec, fleet_events
+from service.demo.fleet import FleetSpec, fleet_events
 
 COPY_COLUMNS = ("event_id", "ts", "job_id", "attempt", "model", "type", "phase", "gpus", "team",
                 "rank", "attrs", "extra")
@@ -192,11 +192,11 @@ def copy_batches(dsn: str, payloads: list[bytes], clients: int,
 
 def store_batches(dsn: str, bodies: list[bytes], clients: int) -> float:
     """The ingest path's database half alone: the bodies validated beforehand, then stored
-    by `event_store.store_rows` (COPY + queue rows) from `clients` connections."""
-    from service.auth import Principal
-    from service.batch import ValidatedBatch, validate_batch
-    from service.event_store import store_rows
+    by `store.events.store_rows` (COPY + queue rows) from `clients` connections."""
+    from service.access.auth import Principal
     from service.ingest import parse_batch
+    from service.store.events import store_rows
+    from service.wire.batch import ValidatedBatch, validate_batch
 
     admin = Principal(role="admin", token_id="bench")
     now = datetime.now(UTC)

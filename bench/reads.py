@@ -27,7 +27,7 @@ NAME = "reads"
 def _aggregate(url: str, now: datetime) -> None:
     from ett_core import Taxonomy
     from service.aggregate import Aggregator
-    from service.database import make_engine
+    from service.store.engine import make_engine
 
     engine = make_engine(url, pool_size=2, statement_timeout_ms=0)
     Aggregator(engine, Taxonomy.default(), clock=lambda: now).run_pass(recompute_all=True)
@@ -36,8 +36,8 @@ def _aggregate(url: str, now: datetime) -> None:
 
 def _replicate(url: str, now: datetime, days: int, window_days: int = 28) -> int:
     """Copy the rollup of [now - days, now) back in `days`-day blocks to cover the window."""
-    from service.database import make_engine
-    from service.read_queries import floor_hour
+    from service.store.engine import make_engine
+    from service.store.queries import floor_hour
 
     engine = make_engine(url, pool_size=2, statement_timeout_ms=0)
     hi = floor_hour(now)

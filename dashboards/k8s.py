@@ -44,7 +44,7 @@ def rule_groups(files: list[Path], repo: Path = REPO) -> list[dict[str, Any]]:
     """
     if not files:
         from service.alerts import render_rule_files
-        from service.slo import load_slo_spec
+        from service.slo.load import load_slo_spec
 
         rendered = render_rule_files(load_slo_spec(repo / "deploy" / "slo.yaml"))
         docs = [rendered[name] for name in sorted(rendered)]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.alerts import record_name, sli_error_query
-from service.slo import QUANTILE_KINDS, Slo, SloSpec, derive_windows, format_duration, load_slo_spec
+from service.slo.load import load_slo_spec
+from service.slo.model import QUANTILE_KINDS, Slo, SloSpec, derive_windows, format_duration
 
 REPO = Path(__file__).resolve().parent.parent
 SLO_SPEC = REPO / "deploy" / "slo.yaml"

@@ -7,8 +7,8 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
-from service.database import normalize_url
-from service.tables import metadata
+from service.store.engine import normalize_url
+from service.store.tables import metadata
 
 config = context.config
 target_metadata = metadata

@@ -26,10 +26,11 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from ett_core import JobComputation, Taxonomy, compute_job
-
-from . import results_store as store
-from .open_job_cache import OpenJobCache
-from .result_rows import RowFormatter
+from service.aggregation.open_job_cache import OpenJobCache
+from service.settings import Settings
+from service.store import results as store
+from service.store.result_rows import RowFormatter
+from service.taxonomy import taxonomy_from
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class Aggregator:
         """One pass. `share=(k, n)` (with `recompute_all`) takes only the jobs whose model
         falls in part k of n (`model_share`): n processes with k = 0..n-1 recompute the
         whole fleet between them, and never write the same fleet rollup rows, which are
-        keyed by model (service/recompute.py). `progress(done, total)` follows the pass;
+        keyed by model (service/aggregation/recompute.py). `progress(done, total)` follows the pass;
         `total` is 0 for a share (its size is not known ahead)."""
         if share is not None and not recompute_all:
             raise ValueError("share is for recompute_all passes")
@@ -222,7 +223,8 @@ class Aggregator:
             seqs = store.dirty_seqs(conn, locked)
             queued = {job for job, _seq in seqs}
             # Running jobs with nothing new: their events, and the rows stored for them,
-            # are what this process holds from its last pass (service/open_job_cache.py).
+            # are what this process holds from its last pass
+            # (service/aggregation/open_job_cache.py).
             cached = self._cache.reusable(conn, [j for j in locked if j not in queued])
             events = {job: entry.events for job, entry in cached.items()}
             missing = [j for j in locked if j not in cached]
@@ -274,3 +276,13 @@ class Aggregator:
                 self.passes_failed += 1
                 log.exception("aggregation pass failed")
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+def build_aggregator(settings: Settings, engine: Engine) -> Aggregator:
+    """The aggregator as configured (shared by serve, aggregate, the recompute and tests)."""
+    return Aggregator(
+        engine,
+        taxonomy_from(settings),
+        heartbeat_timeout_s=settings.heartbeat_timeout_s,
+        batch_jobs=settings.aggregate_batch_jobs,
+    )

@@ -1,8 +1,8 @@
 """Render the SLO spec into Prometheus rules and an Alertmanager config (pure functions).
 
-Spec (service/slo.py) -> SLI queries per kind -> recording rules per window -> multiwindow
+Spec (service/slo/model.py) -> SLI queries per kind -> recording rules per window -> multiwindow
 multi-burn-rate alerts (or quantile thresholds) + one absent-data alert per SLO. Every
-function here returns data; ``service/cli_alerts.py`` writes the files.
+function here returns data; ``service/cli/alerts.py`` writes the files.
 
 Alerts route on the *owner* team (label ``team``); the series' own ``team`` label (the
 model's team) is renamed ``model_team`` before it can be overwritten, so a page to the
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from service.slo import (
+from service.slo.model import (
     QUANTILE_KINDS,
     RATE_KINDS,
     BurnWindow,

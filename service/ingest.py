@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,14 +13,13 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from .auth import Authenticator
-from .batch import validate_batch
-from .errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
-from .event_store import store_rows
-from .ingest_pool import IngestPool
+from service.access.auth import Authenticator
+from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
+from service.store.engine import db_unavailable
+from service.store.events import store_rows
+from service.store.ingest_pool import IngestPool
+from service.wire.batch import validate_batch
 
 log = logging.getLogger(__name__)
 
@@ -123,25 +121,6 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     if len(events) > max_events:
         raise PayloadTooLarge(f"events: {len(events)} events exceed the limit of {max_events}")
     return events
-
-
-@contextmanager
-def db_unavailable(what: str) -> Iterator[None]:
-    """Turn "the database is not there (now)" into 503 + Retry-After; let bugs through."""
-    try:
-        yield
-    except PoolTimeout:
-        raise Unavailable(f"{what}: database connection pool exhausted; retry later") from None
-    except (OperationalError, InterfaceError) as exc:
-        # Refused or timed-out connects, a server shutting down, a statement timeout, a
-        # connection that died mid-transaction (the commit did not happen, or the client
-        # cannot know: a retry is a duplicate, which changes nothing).
-        log.warning("%s: database unavailable: %s", what, exc.orig)
-        raise Unavailable(f"{what}: database unavailable; retry later") from None
-    except DBAPIError as exc:
-        if exc.connection_invalidated:
-            raise Unavailable(f"{what}: database connection lost; retry later") from None
-        raise
 
 
 def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0) -> int:

@@ -14,6 +14,7 @@ import yaml
 from ett_core.taxonomy import Taxonomy
 from ett_core.taxonomy import TaxonomyError as InvalidTaxonomy
 from service.errors import ConfigError
+from service.settings import Settings
 
 DEFAULT_TAXONOMY_PATH = Path(__file__).resolve().parent.parent / "deploy" / "taxonomy.yaml"
 
@@ -50,6 +51,11 @@ def load_taxonomy(path: str | Path = DEFAULT_TAXONOMY_PATH) -> Taxonomy:
         return Taxonomy.from_mapping(data)
     except InvalidTaxonomy as exc:
         raise TaxonomyError(path, _line_of(root, exc.path), exc.problem) from exc
+
+
+def taxonomy_from(settings: Settings) -> Taxonomy:
+    """The configured taxonomy (ETT_TAXONOMY), else the default table."""
+    return load_taxonomy(settings.taxonomy) if settings.taxonomy else Taxonomy.default()
 
 
 def _reject_duplicate_keys(node: yaml.Node, path: str | Path) -> None:

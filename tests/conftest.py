@@ -23,8 +23,9 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from service import migrate
-from service.database import EmbeddedPostgres, make_engine, normalize_url
+from service.store import migrate
+from service.store.embedded import EmbeddedPostgres
+from service.store.engine import make_engine, normalize_url
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "test-admin-token"
@@ -75,7 +76,7 @@ def _session_engine(database_url: str) -> Iterator[Engine]:
 
 
 def truncate_all(engine: Engine) -> None:
-    from service.tables import metadata
+    from service.store.tables import metadata
 
     names = ", ".join(t.name for t in metadata.sorted_tables)
     with engine.begin() as conn:
@@ -179,10 +180,10 @@ def service_factory(pg_server_url: str) -> Iterator[object]:
 
 @pytest.fixture
 def app_context(db_engine: Engine) -> object:
-    from service.app import AppContext
-    from service.auth import Authenticator
+    from service.access.auth import Authenticator
+    from service.aggregate import build_aggregator
+    from service.api.app import AppContext
     from service.settings import Settings
-    from service.wiring import build_aggregator
 
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
     return AppContext(
@@ -198,7 +199,7 @@ def api(app_context: object) -> Iterator[object]:
     """An in-process client of the real app, on the real test database."""
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from service.api.app import create_app
 
     with TestClient(create_app(app_context)) as client:  # type: ignore[arg-type]
         client.headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from ett_core import Taxonomy
 from service.aggregate import Aggregator
-from service.demo_fleet import FleetSpec, fleet_events
+from service.demo.fleet import FleetSpec, fleet_events
 from tests.conftest import REPO
 from tests.factories import BASE, event, spec_example
 

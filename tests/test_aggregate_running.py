@@ -1,6 +1,6 @@
 """Passes over running jobs: the cached events and the partial rewrites of
-`service.open_job_cache` and `results_store.update_jobs` must store exactly what a full
-recompute from nothing stores, and the model-sharded recompute of `service.recompute`
+`service.aggregation.open_job_cache` and `store.results.update_jobs` must store exactly what a full
+recompute from nothing stores, and the model-sharded recompute of `service.aggregation.recompute`
 exactly what one process does."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from ett_core import Taxonomy
 from service.aggregate import Aggregator, model_share
-from service.recompute import recompute_all
+from service.aggregation.recompute import recompute_all
 from service.settings import Settings
 from tests.factories import BASE, event
 from tests.test_aggregate import demo_events, fixed, post_all, results_state, wipe_results
@@ -142,7 +142,7 @@ def test_a_recompute_of_everything_reads_its_jobs_a_page_at_a_time(api, db_engin
 
 
 def test_job_pages_cover_jobs_with_events_only_or_results_only(api, db_engine) -> None:
-    from service.results_store import count_jobs, jobs_with_models_after
+    from service.store.results import count_jobs, jobs_with_models_after
 
     post_all(api, demo_events(models=3, hours=6))
     Aggregator(db_engine, Taxonomy.default(), clock=fixed(CUT)).run_pass()

@@ -26,9 +26,10 @@ import pytest
 from sqlalchemy import text
 
 from ett_core import Taxonomy
-from service import tokens
+from service.access import tokens
 from service.aggregate import Aggregator
-from service.database import EmbeddedPostgres, make_engine
+from service.store.embedded import EmbeddedPostgres
+from service.store.engine import make_engine
 from tests.conftest import REPO, ServiceProcess, create_database
 from tests.test_aggregate import demo_events, fixed, post_all, results_state, wipe_results
 

@@ -233,7 +233,7 @@ def test_ingest_outcomes_are_counted_in_metrics(api) -> None:
 def test_overlapping_batches_posted_at_once_store_every_event_once(service) -> None:
     import psycopg
 
-    from service.database import normalize_url
+    from service.store.engine import normalize_url
 
     pool = [event("heartbeat", i / 10, job_id=f"ovl-{i % 7}") for i in range(3000)]
     barrier = threading.Barrier(4)

@@ -16,12 +16,24 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ett_client.errors import logger
 
-if TYPE_CHECKING:
-    from ett_client.recorder import Recorder
+
+class HookTarget(Protocol):
+    """What the hooks call back (the Recorder); hooks never import the recorder itself."""
+
+    def _on_uncaught(self, exc_type: type[BaseException], exc: BaseException | None,
+                     description: str) -> None: ...
+
+    def _owns_thread(self, thread: threading.Thread | None) -> bool: ...
+
+    def _on_sigterm(self) -> None: ...
+
+    def _on_exit(self) -> None: ...
+
+    def _after_fork_in_child(self) -> None: ...
 
 _SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
@@ -32,8 +44,8 @@ def _describe(exc_type: type[BaseException], exc: BaseException | None) -> str:
 
 
 class ProcessHooks:
-    def __init__(self, recorder: Recorder) -> None:
-        self._ref: weakref.ref[Recorder] = weakref.ref(recorder)
+    def __init__(self, recorder: HookTarget) -> None:
+        self._ref: weakref.ref[HookTarget] = weakref.ref(recorder)
         self._prev_excepthook: Callable[..., Any] | None = None
         self._prev_thread_hook: Callable[..., Any] | None = None
         self._prev_sigterm: _SignalHandler = None
@@ -113,7 +125,7 @@ class ProcessHooks:
             rec._on_exit()
 
 
-def register_fork_handler(recorder: Recorder) -> None:
+def register_fork_handler(recorder: HookTarget) -> None:
     """Rebuild the recorder's worker in a forked child (DataLoader workers fork).
 
     ``os.register_at_fork`` cannot be undone, so the handler holds only a weak reference.

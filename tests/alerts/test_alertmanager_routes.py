@@ -7,7 +7,7 @@ import subprocess
 from alerting_paths import ALERTMANAGER, ROUTES_SCRIPT, TEAMS
 
 from service.alerts import render_alertmanager_config
-from service.slo import load_teams
+from service.slo.load import load_teams
 
 
 def test_amtool_accepts_the_generated_config(amtool: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alerting_paths import ALERTMANAGER, RULES_DIR, SPEC, TEAMS
 
-from service.cli_alerts import RULES_SUFFIX, alertmanager_text, rule_texts
+from service.cli.alerts import RULES_SUFFIX, alertmanager_text, rule_texts
 
 
 def test_committed_rule_files_equal_the_generated_ones() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from alerting_paths import PROM_TESTS_DIR, RULES_DIR, RUNBOOKS
 
-from service.cli_alerts import RULES_SUFFIX
+from service.cli.alerts import RULES_SUFFIX
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from alerting_paths import SPEC, TEAMS
 
-from service.cli_alerts import register
+from service.cli.alerts import register
 
 
 def _run(*argv: str) -> int:

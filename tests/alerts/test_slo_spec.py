@@ -9,17 +9,14 @@ import pytest
 import yaml
 from alerting_paths import SPEC, TEAMS
 
-from service.slo import (
-    SpecError,
+from service.slo.load import (
     check_teams_known,
-    derive_windows,
-    format_duration,
     load_slo_spec,
     load_teams,
-    parse_duration,
     parse_slo_spec,
     parse_teams,
 )
+from service.slo.model import SpecError, derive_windows, format_duration, parse_duration
 
 
 def _raw() -> dict[str, Any]:

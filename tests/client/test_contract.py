@@ -11,7 +11,7 @@ import pytest
 
 from tests.client.fake_service import FakeService
 
-wire = pytest.importorskip("service.wire")
+wire = pytest.importorskip("service.wire.event")
 
 
 def test_every_event_the_client_emits_is_valid_on_the_wire(fake: FakeService, make_recorder,

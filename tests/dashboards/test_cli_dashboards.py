@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("grafana_foundation_sdk")
 
 from dashboards.render import render_all
-from service import cli_dashboards
+from service.cli import dashboards as cli_dashboards
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

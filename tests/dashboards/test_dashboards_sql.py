@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 pytest.importorskip("grafana_foundation_sdk")
 
 from dashboards.queries import all_sql, expand_sql_macros
-from service import tables
+from service.store import tables
 
 pytestmark = pytest.mark.db
 

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.queries import all_promql
-from service.demo import DemoOptions, run_demo
-from service.demo_fleet import Regression
+from service.demo.fleet import Regression
+from service.demo.poster import DemoOptions, run_demo
 from tests.conftest import REPO
 from tests.e2e.stack import ALERTMANAGER, PROMETHEUS, WebhookSink, alertmanager, prometheus, query
 

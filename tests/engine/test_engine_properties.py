@@ -143,7 +143,7 @@ def test_the_hourly_rollup_sums_to_the_segments(stream):
 @FAST
 @given(streams)
 def test_attrs_of_types_outside_attrs_read_never_change_the_result(stream):
-    # The aggregator loads attrs only for ATTRS_READ (service/results_store.py); the
+    # The aggregator loads attrs only for ATTRS_READ (service/store/results.py); the
     # garbage streams put every kind of attrs on every type.
     events, now_us, timeout_us = stream
     stripped = [e if e.type in ATTRS_READ else e._replace(attrs=NO_ATTRS) for e in events]

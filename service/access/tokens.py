@@ -1,0 +1,247 @@
+"""The token store: role-scoped API tokens, kept hashed in PostgreSQL (issue 9).
+
+A token is `ett_<token_id>_<secret>`: the id (also the row's key, shown by `ett tokens
+list`) and 256 random bits. Only SHA-256 of the whole token is stored. A slow password hash
+(bcrypt, argon2) defends low-entropy secrets against offline guessing; a 256-bit random
+secret cannot be guessed whatever the hash, and a salted slow hash would cost ~100 ms of CPU
+per uncached request and rule out the indexed lookup by hash.
+
+The SQL functions never commit (the caller owns the transaction). `TokenStore` is what the
+API uses: an in-process cache with a short TTL (revocation reaches every replica within
+that TTL), and last-use times kept in memory and written in one UPDATE at most every
+`last_used_flush_s`, never a write per request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, Engine, text
+
+from service.store.engine import db_unavailable
+from service.wire.event import NAME_RE
+
+from .auth import ROLES, Principal
+
+log = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "ett_"
+# fnmatch patterns over model names: the model alphabet plus * ? [ ] !
+PATTERN_RE = re.compile(r"[A-Za-z0-9._:/*?\[\]!-]{1,200}")
+
+
+class TokenError(ValueError):
+    """A token request the store refuses (bad role, pattern or team); the message says why."""
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    token_id: str
+    role: str
+    team: str | None
+    model_patterns: tuple[str, ...]
+    note: str | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+    def principal(self) -> Principal:
+        return Principal(role=self.role, token_id=self.token_id, team=self.team,
+                         model_patterns=self.model_patterns)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh (token_id, token)."""
+    token_id = "tok_" + secrets.token_hex(6)
+    return token_id, f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+
+
+def check_request(role: str, team: str | None, patterns: Sequence[str]) -> tuple[str, ...]:
+    if role not in ROLES:
+        raise TokenError(f"role: must be one of {', '.join(ROLES)}, got {role!r}")
+    if team is not None and not NAME_RE.fullmatch(team):
+        raise TokenError(f"team: must be 1-200 characters of letters, digits and . _ : / -,"
+                         f" got {team!r}")
+    for pattern in patterns:
+        if not PATTERN_RE.fullmatch(pattern):
+            raise TokenError(f"models: {pattern!r} is not a model name pattern (letters, digits,"
+                             " . _ : / - and the wildcards * ? [ ])")
+    if role == "writer" and not patterns:
+        raise TokenError("models: a writer token needs at least one model pattern, e.g. 'ads_*'")
+    if role != "writer" and patterns:
+        raise TokenError(f"models: only writer tokens have model patterns ({role} tokens "
+                         f"{'may do everything' if role == 'admin' else 'only read'})")
+    return tuple(dict.fromkeys(patterns))
+
+
+_COLUMNS = ("token_id, role, team, model_patterns, note, created_at, last_used_at,"
+            " revoked_at")
+
+
+def _info(row: Sequence[object]) -> TokenInfo:
+    token_id, role, team, patterns, note, created, used, revoked = row
+    return TokenInfo(str(token_id), str(role), team, tuple(patterns or ()),  # type: ignore[arg-type]
+                     note, created, used, revoked)  # type: ignore[arg-type]
+
+
+def create_token(conn: Connection, role: str, team: str | None = None,
+                 model_patterns: Sequence[str] = (), note: str | None = None
+                 ) -> tuple[TokenInfo, str]:
+    """Store a new token; return its row and the secret token (shown once, never stored)."""
+    patterns = check_request(role, team, model_patterns)
+    token_id, token = new_token()
+    row = conn.execute(
+        text(f"INSERT INTO api_tokens (token_id, secret_sha256, role, team, model_patterns,"
+             f" note) VALUES (:id, :h, :role, :team, :patterns, :note) RETURNING {_COLUMNS}"),
+        {"id": token_id, "h": hash_token(token), "role": role, "team": team,
+         "patterns": list(patterns), "note": note},
+    ).one()
+    return _info(row), token
+
+
+def list_tokens(conn: Connection, *, include_revoked: bool = True) -> list[TokenInfo]:
+    where = "" if include_revoked else " WHERE revoked_at IS NULL"
+    rows = conn.execute(text(f"SELECT {_COLUMNS} FROM api_tokens{where} ORDER BY created_at,"
+                             " token_id"))
+    return [_info(r) for r in rows]
+
+
+def revoke_token(conn: Connection, token_id: str) -> TokenInfo | None:
+    """Revoke (idempotent: the first revocation time is kept); None if the id is unknown."""
+    row = conn.execute(
+        text(f"UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())"
+             f" WHERE token_id = :id RETURNING {_COLUMNS}"),
+        {"id": token_id},
+    ).one_or_none()
+    return None if row is None else _info(row)
+
+
+def find_active(conn: Connection, token: str) -> TokenInfo | None:
+    row = conn.execute(
+        text(f"SELECT {_COLUMNS} FROM api_tokens WHERE secret_sha256 = :h"
+             " AND revoked_at IS NULL"),
+        {"h": hash_token(token)},
+    ).one_or_none()
+    return None if row is None else _info(row)
+
+
+def record_last_used(conn: Connection, uses: dict[str, datetime]) -> None:
+    """One UPDATE for many tokens; a time never moves backwards."""
+    if not uses:
+        return
+    ids = sorted(uses)
+    conn.execute(
+        text("UPDATE api_tokens AS t SET last_used_at = GREATEST(t.last_used_at, u.at)"
+             " FROM unnest(CAST(:ids AS text[]), CAST(:ats AS timestamptz[])) AS u(id, at)"
+             " WHERE t.token_id = u.id"),
+        {"ids": ids, "ats": [uses[i] for i in ids]},
+    )
+
+
+@dataclass
+class _Cached:
+    principal: Principal | None  # None: unknown or revoked (cached too, so bad tokens are cheap)
+    expires: float
+
+
+class TokenStore:
+    """Token lookups for the API: a short-TTL cache in front of `api_tokens`."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, engine: Engine, *, cache_ttl_s: float = 3.0,
+                 last_used_flush_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._engine = engine
+        self._ttl = cache_ttl_s
+        self._flush_every = last_used_flush_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, _Cached] = {}
+        self._uses: dict[str, datetime] = {}
+        self._last_flush = clock()
+        self._flushing = False
+
+    def lookup(self, token: str) -> Principal | None:
+        """The token's principal, None if unknown or revoked; Unavailable if the DB is down."""
+        digest = hash_token(token)
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(digest)
+        if hit is None or hit.expires <= now:
+            with db_unavailable("cannot check the token"), self._engine.connect() as conn:
+                info = find_active(conn, token)
+            hit = _Cached(info.principal() if info else None, now + self._ttl)
+            with self._lock:
+                if len(self._cache) >= self.MAX_ENTRIES:
+                    self._cache.clear()
+                self._cache[digest] = hit
+        if hit.principal is not None:
+            with self._lock:
+                self._uses[hit.principal.token_id] = datetime.now(UTC)
+        self._maybe_flush(now)
+        return hit.principal
+
+    def peek(self, token: str) -> Principal | None:
+        """`lookup()`'s answer for a cached valid token, without the database; else None.
+
+        None also when the answer would touch the database: not cached, expired, cached as
+        invalid, or last-use times due to be written; the caller then calls `lookup()` off
+        the event loop. A hit records the use just as `lookup()` does.
+        """
+        digest = hash_token(token)
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(digest)
+            if hit is None or hit.expires <= now or hit.principal is None:
+                return None
+            if not self._flushing and now - self._last_flush >= self._flush_every:
+                return None
+            self._uses[hit.principal.token_id] = datetime.now(UTC)
+        return hit.principal
+
+    def _maybe_flush(self, now: float) -> None:
+        with self._lock:
+            if self._flushing or now - self._last_flush < self._flush_every or not self._uses:
+                return
+            self._flushing = True
+        try:
+            self.flush_last_used()
+        finally:
+            with self._lock:
+                self._flushing = False
+                self._last_flush = self._clock()
+
+    def flush_last_used(self) -> int:
+        """Write the pending last-use times; on a database error keep them for next time."""
+        with self._lock:
+            uses, self._uses = self._uses, {}
+        if not uses:
+            return 0
+        try:
+            with self._engine.begin() as conn:
+                record_last_used(conn, uses)
+        except Exception as exc:
+            log.warning("tokens: could not record last use of %d tokens: %s", len(uses), exc)
+            with self._lock:
+                for token_id, at in uses.items():
+                    self._uses[token_id] = max(at, self._uses.get(token_id, at))
+            return 0
+        return len(uses)
+
+    def forget(self) -> None:
+        """Drop the cache (tests; an operator never needs it: entries expire in one TTL)."""
+        with self._lock:
+            self._cache.clear()

@@ -1,0 +1,1 @@
+"""The HTTP API: the FastAPI application, its read and admin routes, probes and request metrics."""

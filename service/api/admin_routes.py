@@ -1,0 +1,23 @@
+"""Admin endpoints: POST /v1/aggregate runs one aggregation pass and returns when done."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from service.access.auth import Authenticator
+from service.aggregate import Aggregator
+
+
+def build_router(aggregator: Aggregator, auth: Authenticator) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+
+    @router.post("/aggregate", summary="Run one aggregation pass now (admin)")
+    async def post_aggregate(request: Request) -> dict[str, Any]:
+        auth.require_admin(request.headers.get("authorization"))
+        report = await run_in_threadpool(aggregator.run_pass)
+        return report.to_wire()
+
+    return router

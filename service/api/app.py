@@ -1,0 +1,129 @@
+"""The FastAPI application, assembled from parts built once at start-up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from service import __version__, ingest
+from service.access.auth import Authenticator, PreAuthMiddleware
+from service.access.tokens import TokenStore
+from service.aggregate import Aggregator
+from service.errors import EttError
+from service.settings import Settings
+from service.store.ingest_pool import IngestPool
+from service.taxonomy import taxonomy_from
+from service.wire.schema import openapi_components
+
+from . import admin_routes, health, read_routes
+from .request_metrics import HttpMetrics, MetricsMiddleware
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppContext:
+    """Everything the routes need, built by the CLI (or a test) and passed down."""
+
+    settings: Settings
+    engine: Any  # sqlalchemy Engine
+    auth: Authenticator
+    clock: Callable[[], datetime] = ingest.utc_now
+    aggregator: Aggregator | None = None
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    extra_routers: list[Any] = field(default_factory=list)
+    token_store: TokenStore | None = None
+    # POST /v1/events stores through this one, on the event loop, when set (`ett serve`
+    # sets it); else through `engine` in a worker thread.
+    ingest_pool: IngestPool | None = None
+
+
+def create_app(ctx: AppContext) -> FastAPI:
+    # `_created` series double the exposition and no dashboard or rule reads them.
+    disable_created_metrics()
+    app = FastAPI(
+        title="ETT telemetry",
+        version=__version__,
+        description="Effective Training Time telemetry: ingest, results and metrics.",
+    )
+    s = ctx.settings
+    if not ctx.auth.has_lookup:
+        # Tokens from `ett tokens create`, beside the bootstrap admin token.
+        ctx.token_store = TokenStore(ctx.engine, cache_ttl_s=s.token_cache_ttl_s,
+                                     last_used_flush_s=s.token_last_used_flush_s)
+        ctx.auth = ctx.auth.with_lookup(ctx.token_store.lookup, peek=ctx.token_store.peek)
+    metrics = HttpMetrics(ctx.registry)
+    app.state.ctx = ctx
+    app.state.http_metrics = metrics
+    # Added first, so it runs inside the metrics middleware (whose timing then includes it).
+    app.add_middleware(PreAuthMiddleware, auth=ctx.auth)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+
+    @app.exception_handler(EttError)
+    async def _ett_error(_request: Request, exc: EttError) -> JSONResponse:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
+                            headers=exc.headers)
+
+    limits = ingest.IngestLimits(
+        max_body_bytes=s.max_body_bytes,
+        max_batch_events=s.max_batch_events,
+        max_future_s=s.max_future_skew_s,
+        max_age_s=s.max_event_age_days * 86400,
+        max_in_flight=s.ingest_max_in_flight,
+        max_in_flight_bytes=s.ingest_max_in_flight_bytes,
+        statement_timeout_ms=s.ingest_statement_timeout_ms,
+    )
+    taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)
+    app.include_router(
+        ingest.build_router(
+            ctx.engine,
+            ctx.auth,
+            limits,
+            ctx.clock,
+            on_outcome=lambda o: metrics.count_batch(o.accepted, o.duplicates, len(o.rejected)),
+            owner_of=taxonomy.team_of_model,
+            pool=ctx.ingest_pool,
+        )
+    )
+    app.include_router(health.build_router(ctx.engine))
+    app.include_router(read_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
+    if ctx.aggregator is not None:
+        app.include_router(admin_routes.build_router(ctx.aggregator, ctx.auth))
+    for router in ctx.extra_routers:
+        app.include_router(router)
+
+    @app.get("/metrics", summary="Prometheus exposition", include_in_schema=True)
+    async def metrics_endpoint(request: Request) -> Response:
+        if s.metrics_auth:
+            ctx.auth.authenticate(request.headers.get("authorization"))
+        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+    original_openapi = app.openapi
+
+    def _openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original_openapi()
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(
+                openapi_components()
+            )
+            schema["components"]["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer"}
+            }
+            schema["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = _openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,178 @@
+"""Read endpoints (SPEC section 7): thin routers over service.store.queries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Engine
+
+from ett_core.taxonomy import COMPONENTS
+from service.access.auth import Authenticator
+from service.errors import NotFound, Unprocessable
+from service.store import queries as q
+from service.wire.event import WireError, parse_rfc3339
+
+GROUP_BY = ("none", "model", "team", "component", "owner")
+MAX_WINDOW = timedelta(days=400)
+EFFECTIVE = "effective_training"
+
+
+def parse_window(start: str | None, end: str | None, now: datetime,
+                 default: timedelta = timedelta(days=1)) -> tuple[datetime, datetime]:
+    try:
+        end_dt = parse_rfc3339(end, "end") if end is not None else now
+        start_dt = parse_rfc3339(start, "start") if start is not None else end_dt - default
+    except WireError as exc:
+        raise Unprocessable(str(exc)) from None
+    if end_dt <= start_dt:
+        raise Unprocessable(f"end: must be after start ({start_dt.isoformat()})")
+    if end_dt - start_dt > MAX_WINDOW:
+        raise Unprocessable(f"window: at most {MAX_WINDOW.days} days")
+    return start_dt, end_dt
+
+
+def summarise(rows: list[dict[str, Any]], key: str | None) -> dict[Any, dict[str, Any]]:
+    groups: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        k = row[key] if key else None
+        g = groups.setdefault(
+            k, {"held": 0, "at_risk": 0, "components": dict.fromkeys(COMPONENTS, 0)}
+        )
+        total = row["settled"] + row["unsettled"]
+        g["held"] += total
+        g["components"][row["component"]] = g["components"].get(row["component"], 0) + total
+        if row["component"] == EFFECTIVE:
+            g["at_risk"] += row["unsettled"]
+    return groups
+
+
+def group_to_wire(key: Any, g: dict[str, Any] | None) -> dict[str, Any]:
+    g = g or {"held": 0, "at_risk": 0, "components": dict.fromkeys(COMPONENTS, 0)}
+    held = g["held"]
+    effective = g["components"].get(EFFECTIVE, 0)
+    return {
+        "key": key,
+        "held_gpu_seconds": held / 1e6,
+        "effective_gpu_seconds": effective / 1e6,
+        "at_risk_gpu_seconds": g["at_risk"] / 1e6,
+        "ett_ratio": effective / held if held else None,
+        "components": {c: v / 1e6 for c, v in g["components"].items()},
+    }
+
+
+def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
+               model: str | None, team: str | None) -> dict[str, Any]:
+    key = None if group_by == "none" else group_by
+    with engine.connect() as conn:
+        rows = q.window_rows(conn, start, end, [key] if key else [],
+                             {"model": model, "team": team})
+    groups = summarise(rows, key)
+    if key is None:
+        out = [group_to_wire(None, groups.get(None))]
+    else:
+        out = [group_to_wire(k, groups[k]) for k in sorted(groups)]
+    return {"start": start.isoformat(), "end": end.isoformat(), "group_by": group_by,
+            "groups": out}
+
+
+def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
+    day, week = now - timedelta(days=1), now - timedelta(days=7)
+    with engine.connect() as conn:
+        pairs = q.models_and_teams(conn)
+        by_day = summarise(q.window_rows(conn, day, now, ["model"]), "model")
+        by_week = summarise(q.window_rows(conn, week, now, ["model"]), "model")
+    models = []
+    for model, team in pairs:
+        d, w = group_to_wire(model, by_day.get(model)), group_to_wire(model, by_week.get(model))
+        models.append({
+            "model": model, "team": team,
+            "ett_ratio_1d": d["ett_ratio"], "ett_ratio_7d": w["ett_ratio"],
+            "held_gpu_hours_1d": d["held_gpu_seconds"] / 3600,
+            "held_gpu_hours_7d": w["held_gpu_seconds"] / 3600,
+            "at_risk_gpu_hours_1d": d["at_risk_gpu_seconds"] / 3600,
+        })
+    return {"as_of": now.isoformat(), "models": models}
+
+
+def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict[str, Any]:
+    """What `team` owns of the time that was not effective training, by phase and model."""
+    with engine.connect() as conn:
+        rows = q.window_rows(conn, start, end, ["phase", "model"], {"owner": team},
+                             exclude_components=[EFFECTIVE])
+    by_phase: dict[str, float] = {}
+    by_model: dict[str, float] = {}
+    total = 0
+    for row in rows:
+        gpu_us = row["settled"] + row["unsettled"]
+        total += gpu_us
+        by_phase[row["phase"]] = by_phase.get(row["phase"], 0) + gpu_us
+        by_model[row["model"]] = by_model.get(row["model"], 0) + gpu_us
+    hours = 3_600_000_000
+    return {
+        "team": team, "start": start.isoformat(), "end": end.isoformat(),
+        "lost_gpu_hours": total / hours,
+        "by_phase": {k: v / hours for k, v in sorted(by_phase.items(), key=lambda kv: -kv[1])},
+        "by_model": {k: v / hours for k, v in sorted(by_model.items(), key=lambda kv: -kv[1])},
+    }
+
+
+def _storable(**params: str | None) -> None:
+    """PostgreSQL text cannot hold U+0000: such a parameter can match nothing, and sending it
+    would fail the query (a 500, found by tests/test_schemathesis.py)."""
+    for name, value in params.items():
+        if value is not None and "\x00" in value:
+            raise Unprocessable(f"{name}: must not contain the character U+0000")
+
+
+def build_router(engine: Engine, auth: Authenticator,
+                 clock: Callable[[], datetime]) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+
+    @router.get("/jobs/{job_id}", summary="One job's result (SPEC section 7)")
+    async def get_job(job_id: str, request: Request) -> dict[str, Any]:
+        auth.require_reader(request.headers.get("authorization"))
+        _storable(job_id=job_id)
+
+        def load() -> tuple[dict[str, Any] | None, bool]:
+            with engine.connect() as conn:
+                result = q.job_result(conn, job_id)
+                return result, result is None and q.job_has_events(conn, job_id)
+
+        result, pending = await run_in_threadpool(load)
+        if result is None:
+            if pending:
+                raise NotFound(f"job {job_id!r} has events but no result yet: the aggregator has"
+                               " not run since they arrived (POST /v1/aggregate runs a pass)")
+            raise NotFound(f"job {job_id!r} is unknown")
+        return result
+
+    @router.get("/ett", summary="GPU-weighted ETT over [start, end)")
+    async def get_ett(request: Request, start: str | None = None, end: str | None = None,
+                      model: str | None = None, team: str | None = None,
+                      group_by: str = "none") -> dict[str, Any]:
+        auth.require_reader(request.headers.get("authorization"))
+        _storable(model=model, team=team)
+        if group_by not in GROUP_BY:
+            raise Unprocessable(f"group_by: must be one of {', '.join(GROUP_BY)}")
+        start_dt, end_dt = parse_window(start, end, clock())
+        return await run_in_threadpool(ett_window, engine, start_dt, end_dt, group_by, model,
+                                       team)
+
+    @router.get("/models", summary="Every model: team, last-day and last-week ETT, GPU-hours")
+    async def get_models(request: Request) -> dict[str, Any]:
+        auth.require_reader(request.headers.get("authorization"))
+        return await run_in_threadpool(models_overview, engine, clock())
+
+    @router.get("/teams/{team}/bill", summary="A team's lost GPU-hours by phase and by model")
+    async def get_bill(team: str, request: Request, start: str | None = None,
+                       end: str | None = None) -> dict[str, Any]:
+        auth.require_reader(request.headers.get("authorization"))
+        _storable(team=team)
+        start_dt, end_dt = parse_window(start, end, clock(), default=timedelta(days=7))
+        return await run_in_threadpool(team_bill, engine, team, start_dt, end_dt)
+
+    return router

@@ -1,0 +1,50 @@
+"""The `ett` command line: the parser and `main`; each command group is a module here
+with `register(subparsers)`, imported only when the program starts."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from collections.abc import Sequence
+
+from service.settings import Settings
+
+log = logging.getLogger("ett")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import aggregate, alerts, dashboards, demo, migrate, prune, serve, tokens
+
+    parser = argparse.ArgumentParser(prog="ett", description="ETT telemetry")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (serve, migrate, aggregate, alerts, dashboards, tokens, demo, prune):
+        group.register(sub)
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    # Chatty at INFO: start-up steps, and a line per request the demo fleet posts.
+    for noisy in ("pgserver", "alembic", "httpx"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # pgserver's platformdirs warns about a missing XDG_RUNTIME_DIR on every start (servers
+    # and containers rarely have one); it falls back to /tmp, which is fine.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = Settings()
+    configure_logging(settings.log_level)
+    args.settings = settings
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,7 @@
+"""`python -m service.cli`: the same program as `ett`."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""`ett demo`: post a simulated fleet through the HTTP API (back-fill, then live)."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+from service.demo.fleet import Regression
+from service.demo.poster import DemoOptions, run_demo
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    token = args.token or args.settings.admin_token_value()
+    if not token:
+        data_token = args.settings.data_dir / "admin-token"
+        if data_token.exists():
+            token = data_token.read_text().strip()
+    if not token:
+        print("ett demo needs a token: --token, ETT_ADMIN_TOKEN, or the embedded data dir's")
+        return 2
+    opts = DemoOptions(
+        days=args.days, live=args.live, seed=args.seed, models=args.models,
+        regressions=tuple(Regression.parse(r) for r in args.regress),
+        time_scale=args.time_scale, failure_rate_per_hour=args.failure_rate,
+        progress=not args.no_progress,
+    )
+    stop = threading.Event()
+    try:
+        poster = run_demo(args.url, token, opts, stop)
+    except KeyboardInterrupt:
+        stop.set()
+        return 130
+    print(f"posted: accepted={poster.accepted} duplicates={poster.duplicates}"
+          f" rejected={poster.rejected}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("demo", help="post a realistic simulated fleet through the API")
+    p.add_argument("--url", default="http://127.0.0.1:8080", help="the service's base URL")
+    p.add_argument("--token", default=None, help="a writer or admin token")
+    p.add_argument("--days", type=float, default=2.0, help="days of history to back-fill")
+    p.add_argument("--live", action="store_true", help="keep posting in real time")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--models", type=int, default=24)
+    p.add_argument("--regress", action="append", default=[], metavar="COMPONENT=FACTORx[:TEAM]",
+                   help="multiply a component's durations, e.g. compilation=3x:ads")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="run the simulated fleet this many times faster than real time")
+    p.add_argument("--failure-rate", type=float, default=None,
+                   help="interruptions per job-hour of training (default 0.015)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_demo)

@@ -1,0 +1,106 @@
+"""The figures /metrics exports, read from the database once per aggregation pass.
+
+Scrapes never query the database: the aggregator builds a snapshot after each pass and
+the collector serves the latest one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, text
+
+from service.store import queries as q
+
+RATIO_WINDOWS = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
+# Seconds. Start-up and recovery span minutes to hours on real fleets.
+LEVEL1_BUCKETS = (60.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0)
+
+Key = tuple[str, ...]
+CAUSES = ("infra", "user", "preemption", "lost")
+
+
+@dataclass
+class Snapshot:
+    taken_at: datetime
+    settled_gpu_seconds: dict[Key, float] = field(default_factory=dict)  # model,team,comp,owner
+    at_risk_gpu_seconds: dict[Key, float] = field(default_factory=dict)  # model, team
+    jobs_running: dict[Key, int] = field(default_factory=dict)  # model, team
+    failures: dict[Key, int] = field(default_factory=dict)  # model, team, cause
+    unknown_phase_events: dict[Key, int] = field(default_factory=dict)  # model
+    # window -> level -> labels -> (effective, held) GPU-us
+    ratios: dict[str, dict[str, dict[Key, tuple[int, int]]]] = field(default_factory=dict)
+    tts_buckets: dict[Key, list[int]] = field(default_factory=dict)  # team -> counts per le
+    tts_sum: dict[Key, float] = field(default_factory=dict)
+    ttr_buckets: dict[Key, list[int]] = field(default_factory=dict)  # team, cause
+    ttr_sum: dict[Key, float] = field(default_factory=dict)
+
+
+def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,
+             value: float) -> None:
+    counts = buckets.setdefault(key, [0] * (len(LEVEL1_BUCKETS) + 1))
+    for i, bound in enumerate(LEVEL1_BUCKETS):
+        if value <= bound:
+            counts[i] += 1
+    counts[-1] += 1  # +Inf
+    sums[key] = sums.get(key, 0.0) + value
+
+
+def _zero(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key) -> None:
+    buckets.setdefault(key, [0] * (len(LEVEL1_BUCKETS) + 1))
+    sums.setdefault(key, 0.0)
+
+
+def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
+    snap = Snapshot(taken_at=now)
+    for model, team, component, owner, gpu_us in conn.execute(text(
+        "SELECT model, team, component, owner, settled_gpu_us FROM settled_totals"
+    )):
+        snap.settled_gpu_seconds[(model, team, component, owner)] = gpu_us / 1e6
+    for model, team, running, at_risk, unknown in conn.execute(text(
+        "SELECT model, team, count(*) FILTER (WHERE open),"
+        " coalesce(sum(at_risk_gpu_seconds) FILTER (WHERE open), 0),"
+        " sum(unknown_phase_events) FROM jobs GROUP BY model, team"
+    )):
+        snap.jobs_running[(model, team)] = running
+        snap.at_risk_gpu_seconds[(model, team)] = at_risk
+        key = (model,)
+        snap.unknown_phase_events[key] = snap.unknown_phase_events.get(key, 0) + int(unknown)
+    for model, team, cause, n in conn.execute(text(
+        "SELECT model, team, c, count(*) FROM jobs, unnest(ttr_causes) AS c"
+        " GROUP BY model, team, c"
+    )):
+        snap.failures[(model, team, cause)] = n
+    for team, tts, ttrs, causes in conn.execute(text(
+        "SELECT team, tts_seconds, ttr_seconds, ttr_causes FROM jobs"
+        " WHERE tts_seconds IS NOT NULL OR cardinality(ttr_seconds) > 0"
+    )):
+        if tts is not None:
+            _observe(snap.tts_buckets, snap.tts_sum, (team,), tts)
+        for ttr, cause in zip(ttrs, causes, strict=False):
+            _observe(snap.ttr_buckets, snap.ttr_sum, (team, cause), ttr)
+    # A team with no start or no recovery yet exports zero counts, not nothing: absent
+    # series mean a broken exporter and page the telemetry team.
+    for _model, team in snap.jobs_running:
+        _zero(snap.tts_buckets, snap.tts_sum, (team,))
+        for cause in CAUSES:
+            _zero(snap.ttr_buckets, snap.ttr_sum, (team, cause))
+    for name, width in RATIO_WINDOWS.items():
+        rows = q.window_rows(conn, now - width, now, ["model", "team"])
+        levels: dict[str, dict[Key, list[int]]] = {
+            "model": defaultdict(lambda: [0, 0]),
+            "team": defaultdict(lambda: [0, 0]),
+            "fleet": defaultdict(lambda: [0, 0]),
+        }
+        for row in rows:
+            gpu_us = row["settled"] + row["unsettled"]
+            eff = gpu_us if row["component"] == "effective_training" else 0
+            for level, key in (("model", (row["model"], row["team"])), ("team", (row["team"],)),
+                               ("fleet", ())):
+                levels[level][key][0] += eff
+                levels[level][key][1] += gpu_us
+        snap.ratios[name] = {lvl: {k: (v[0], v[1]) for k, v in d.items()}
+                             for lvl, d in levels.items()}
+    return snap

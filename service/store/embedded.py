@@ -1,0 +1,65 @@
+"""The embedded PostgreSQL used when no database URL is configured, and its admin token."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+EMBEDDED_DB_NAME = "ett"
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A real PostgreSQL 16 (from the pgserver wheel) living in `data_dir/pg`.
+
+    pgserver starts an initdb'd cluster on a Unix socket in about a second as any user,
+    including root, which is what a laptop or a CI box without a server needs.
+    """
+
+    data_dir: Path
+    _server: object | None = None
+
+    def start(self) -> str:
+        import pgserver  # imported here: only the embedded mode needs it
+
+        pgdata = (self.data_dir / "pg").resolve()
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        # "stop" shuts the server down when the last process using it exits.
+        self._server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        base = make_url(self._server.get_uri())  # type: ignore[attr-defined]
+        admin = base.set(drivername="postgresql+psycopg")
+        eng = create_engine(admin, isolation_level="AUTOCOMMIT")
+        try:
+            with eng.connect() as conn:
+                exists = conn.execute(
+                    text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": EMBEDDED_DB_NAME}
+                ).scalar()
+                if not exists:
+                    conn.execute(text(f'CREATE DATABASE "{EMBEDDED_DB_NAME}"'))
+        finally:
+            eng.dispose()
+        url = admin.set(database=EMBEDDED_DB_NAME)
+        return url.render_as_string(hide_password=False)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()  # type: ignore[attr-defined]
+            self._server = None
+
+
+def load_or_create_admin_token(data_dir: Path) -> tuple[str, bool]:
+    """The embedded mode's admin token: generated once, kept in the data directory (0600)."""
+    path = data_dir / "admin-token"
+    if path.exists():
+        return path.read_text().strip(), False
+    data_dir.mkdir(parents=True, exist_ok=True)
+    token = "ett_admin_" + secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return token, True

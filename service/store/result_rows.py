@@ -1,0 +1,119 @@
+"""A job's computation as the rows stored for it, formatted as COPY text.
+
+Rows go in by COPY: the JSON documents unpacked by json_to_recordset that this replaced
+cost more on both sides (docs/performance.md). Job ids are names validated at ingest (no
+tab, newline or backslash); labels can come from the taxonomy file, so they are escaped.
+
+Keeping a job's rows as values (`JobRows`) also lets a pass compare them with what it
+wrote for the job last time and rewrite only what changed (`store.results.update_jobs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from ett_core import JobComputation
+from ett_core.rollup import split_at_hours
+
+from . import copy_text as fmt
+
+# hour_us, component, phase, owner
+RollupKey = tuple[int, str, str, str]
+
+
+@dataclass(frozen=True)
+class JobRows:
+    job_id: str
+    model: str
+    team: str
+    running: bool
+    job_line: str
+    attempt_lines: dict[int, str]
+    segment_lines: list[str]  # index = seq
+    rollup: dict[RollupKey, tuple[int, int]]  # (settled, unsettled) GPU-microseconds
+
+
+class RowFormatter:
+    """Formats jobs computed at one `now`; caches timestamp and label text across jobs."""
+
+    def __init__(self, now_us: int) -> None:
+        self.ts = fmt.Timestamps()
+        self.now_us = now_us
+        self.now_text = self.ts(now_us)
+        self._labels: dict[str, str] = {}
+        self._triples: dict[tuple[str, str, str], str] = {}
+
+    def label(self, value: str) -> str:
+        out = self._labels.get(value)
+        if out is None:
+            out = self._labels[value] = fmt.text(value)
+        return out
+
+    def rollup_line(self, rows: JobRows, key: RollupKey) -> str:
+        hour, component, phase, owner = key
+        settled, unsettled = rows.rollup[key]
+        label = self.label
+        return (f"{rows.job_id}\t{self.ts(hour)}\t{label(rows.model)}\t{label(rows.team)}\t"
+                f"{self.labels(component, phase, owner)}\t{settled}\t{unsettled}\n")
+
+    def labels(self, component: str, phase: str, owner: str) -> str:
+        """The three attribution fields of a row, tab-separated (one lookup per piece)."""
+        key = (component, phase, owner)
+        out = self._triples.get(key)
+        if out is None:
+            out = self._triples[key] = "\t".join(self.label(v) for v in key)
+        return out
+
+    def job_rows(self, job_id: str, comp: JobComputation) -> JobRows:
+        ts, labels = self.ts, self.labels
+        res = comp.result
+        model_text, team_text = self.label(res.model), self.label(res.team)
+        held = effective = at_risk = 0
+        rollup: dict[RollupKey, list[int]] = {}
+        segment_lines = []
+        # Pieces mostly follow each other: a piece's start is the previous piece's end.
+        last_end, last_end_text = None, ""
+        for seq, (hour, piece) in enumerate(split_at_hours(comp.segments)):
+            attempt, start, end, gpus, component, phase, owner, settled = piece
+            gpu_us = (end - start) * gpus
+            held += gpu_us
+            if component == "effective_training":
+                effective += gpu_us
+                if not settled:
+                    at_risk += gpu_us
+            key = (hour, component, phase, owner)
+            cell = rollup.get(key)
+            if cell is None:
+                cell = rollup[key] = [0, 0]
+            cell[0 if settled else 1] += gpu_us
+            start_text = last_end_text if start == last_end else ts(start)
+            last_end, last_end_text = end, ts(end)
+            segment_lines.append(
+                f"{job_id}\t{seq}\t{ts(hour)}\t{attempt}\t{start_text}\t{last_end_text}\t"
+                f"{gpus}\t{model_text}\t{team_text}\t{labels(component, phase, owner)}\t"
+                f"{'t' if settled else 'f'}\n")
+        attempt_lines = {
+            a.attempt: (f"{job_id}\t{a.attempt}\t{ts(a.allocated_at_us)}\t"
+                        f"{ts(a.released_at_us)}\t{a.gpus}\t{fmt.text(a.end_cause)}\t"
+                        f"{a.held_us / 1e6!r}\t{a.startup_us / 1e6!r}\n")
+            for a in res.attempts}
+        first = min(a.allocated_at_us for a in res.attempts)
+        last = max(a.released_at_us if a.released_at_us is not None else self.now_us
+                   for a in res.attempts)
+        first_attempt = res.attempts[0]
+        tts_known = (first_attempt.released_at_us is not None
+                     or first_attempt.startup_us < first_attempt.held_us)
+        level1 = res.level1
+        running = res.state == "running"
+        job_line = (
+            f"{job_id}\t{model_text}\t{team_text}\t{fmt.text(res.state)}\t{ts(first)}\t"
+            f"{ts(last)}\t{fmt.boolean(running)}\t{held / 1e6!r}\t{effective / 1e6!r}\t"
+            f"{at_risk / 1e6!r}\t{level1.nof}\t"
+            f"{repr(level1.tts_us / 1e6) if tts_known else fmt.NULL}\t"
+            f"{fmt.float_array(t / 1e6 for t in level1.ttr_us)}\t"
+            f"{fmt.text_array(level1.ttr_causes)}\t{res.diagnostics.unknown_phase_events}\t"
+            f"{fmt.json_text(orjson.dumps(res.to_wire()).decode())}\t{self.now_text}\n")
+        return JobRows(job_id, res.model, res.team, running, job_line, attempt_lines,
+                       segment_lines, {k: (v[0], v[1]) for k, v in rollup.items()})

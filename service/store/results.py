@@ -1,0 +1,362 @@
+"""SQL for the aggregator: load events, replace job results, keep fleet rollups by delta.
+
+Never commits: `service.aggregate` owns each transaction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import groupby
+from operator import itemgetter
+from typing import Any
+
+import orjson
+from psycopg.types.json import set_json_loads
+from sqlalchemy import Connection, text
+
+from ett_core import Event
+from ett_core.events import ATTRS_READ, NO_ATTRS
+from ett_core.instants import HOUR_US
+
+from . import copy_text as fmt
+from .result_rows import JobRows, RollupKey, RowFormatter
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
+# never collide with the migration lock, which uses the one-bigint form).
+JOB_LOCK_CLASS = 0x455454  # "ETT"
+
+FleetKey = tuple[int, str, str, str, str, str]  # hour_us, model, team, component, phase, owner
+TotalKey = tuple[str, str, str, str]  # model, team, component, owner
+
+
+def us_to_dt(ts_us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=ts_us)
+
+
+def dt_to_us(ts: datetime) -> int:
+    return (ts - _EPOCH) // timedelta(microseconds=1)
+
+
+def dirty_candidates(conn: Connection) -> dict[str, datetime]:
+    """Jobs with unprocessed events, with the time their oldest mark was queued."""
+    rows = conn.execute(text("SELECT job_id, min(marked_at) FROM dirty_jobs GROUP BY job_id"))
+    return {job_id: marked for job_id, marked in rows}
+
+
+def open_jobs(conn: Connection) -> list[str]:
+    """Jobs whose result depends on `now` (running attempts, pending heartbeat timeouts)."""
+    return [r[0] for r in conn.execute(text("SELECT job_id FROM jobs WHERE open"))]
+
+
+# One page of every job: a loose index scan over events (one probe per job, not per event)
+# from a starting job, which PostgreSQL runs only as far as the LIMIT fetches, merged with
+# `jobs`. Each source gives its first :n jobs, so the merge's first :n are complete. The
+# order is the database's (its collation), never Python's, so that the next page starts
+# exactly where this one ended.
+_JOB_IDS_AFTER = """
+    WITH RECURSIVE j(id) AS (
+        SELECT min(job_id) FROM events WHERE job_id > :after
+        UNION ALL
+        SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
+        FROM j WHERE j.id IS NOT NULL
+    )"""
+_JOBS_AFTER = _JOB_IDS_AFTER + """, first_ids AS (SELECT id FROM j WHERE id IS NOT NULL LIMIT :n),
+    pairs AS (
+        SELECT id, (SELECT model FROM events WHERE job_id = first_ids.id LIMIT 1) AS model
+        FROM first_ids
+        UNION
+        (SELECT job_id, model FROM jobs WHERE job_id > :after ORDER BY job_id LIMIT :n)
+    )
+    SELECT id, model FROM pairs
+    WHERE id IN (SELECT DISTINCT id FROM pairs ORDER BY id LIMIT :n)
+    ORDER BY id, model
+"""
+
+
+def jobs_with_models_after(conn: Connection, after: str, limit: int
+                           ) -> list[tuple[str, str]]:
+    """The first `limit` jobs after `after` in the database's job order (with events or
+    results), each with the models it reports; the last one is the next page's `after`.
+    A recompute of everything reads pages, never the whole fleet's job list (it grows with
+    history)."""
+    return [(job, model) for job, model in conn.execute(text(_JOBS_AFTER),
+                                                        {"after": after, "n": limit})]
+
+
+def count_jobs(conn: Connection) -> int:
+    """How many jobs a recompute of everything covers (for its progress bar)."""
+    return conn.execute(text(
+        _JOB_IDS_AFTER + " SELECT count(*) FROM (SELECT id FROM j WHERE id IS NOT NULL"
+        " UNION SELECT job_id FROM jobs) s"), {"after": ""}).scalar_one()
+
+
+def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:
+    """Take the per-job transaction locks that are free; another aggregator holds the rest."""
+    rows = conn.execute(
+        text(
+            "SELECT j, pg_try_advisory_xact_lock(:cls, hashtext(j))"
+            " FROM unnest(CAST(:ids AS text[])) AS j ORDER BY j"
+        ),
+        {"cls": JOB_LOCK_CLASS, "ids": list(job_ids)},
+    )
+    return [job for job, locked in rows if locked]
+
+
+def dirty_seqs(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]]:
+    """The queue rows this pass consumes, read *before* the events.
+
+    Every row visible now belongs to a committed batch whose events the next statement
+    sees; rows committed later keep their jobs queued for the next pass.
+    """
+    rows = conn.execute(
+        text("SELECT job_id, seq FROM dirty_jobs WHERE job_id = ANY(:ids)"),
+        {"ids": list(job_ids)},
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+_JOB_ID = itemgetter(2)
+# Attrs only where the engine reads them: most events are heartbeats, whose step counter
+# would be decoded for nothing.
+_LOAD_EVENTS = f"""
+    SELECT event_id::text, (extract(epoch FROM ts) * 1000000)::bigint, job_id, attempt,
+           model, type, phase, gpus, team, rank,
+           CASE WHEN type IN ({", ".join(f"'{t}'" for t in sorted(ATTRS_READ))}) THEN attrs END
+    FROM events WHERE job_id = ANY(%(ids)s) ORDER BY job_id, ts
+"""
+
+
+def _event_row(_cursor: object) -> Callable[[Sequence[Any]], Event]:
+    # psycopg calls this per row: the row, in Event's field order, becomes the Event as is.
+    make = Event._make
+    return lambda row: make(row) if row[10] is not None else make((*row[:10], NO_ATTRS))
+
+
+def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Event]]:
+    # The hottest read of a pass: a plain psycopg cursor that builds the Events itself (no
+    # per-row SQLAlchemy Row, no unpacking in Python), orjson for the attrs, in the caller's
+    # transaction (same DBAPI connection). Rows come in job order, so grouping is one scan.
+    raw = conn.connection.driver_connection
+    with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
+        set_json_loads(orjson.loads, cur)
+        cur.execute(_LOAD_EVENTS, {"ids": list(job_ids)})
+        rows = cur.fetchall()
+    return {job_id: list(events) for job_id, events in groupby(rows, _JOB_ID)}
+
+
+@dataclass
+class Deltas:
+    """Net change to the shared rollups from replacing a set of jobs."""
+
+    fleet: dict[FleetKey, list[int]]
+    totals: dict[TotalKey, int]
+
+    @classmethod
+    def empty(cls) -> Deltas:
+        return cls({}, {})
+
+    def add(self, hour_us: int, model: str, team: str, component: str, phase: str,
+            owner: str, settled: int, unsettled: int) -> None:
+        """Add GPU-microseconds (negative to take away) to one fleet cell and its total."""
+        key = (hour_us, model, team, component, phase, owner)
+        cell = self.fleet.get(key)
+        if cell is None:
+            self.fleet[key] = [settled, unsettled]
+        else:
+            cell[0] += settled
+            cell[1] += unsettled
+        total = (model, team, component, owner)
+        self.totals[total] = self.totals.get(total, 0) + settled
+
+
+# The old rollup rows come back from their DELETE, summed per fleet cell: one index scan
+# instead of a read and then a delete, and far fewer rows for Python to walk.
+_DELETE_ROLLUP = """
+    WITH gone AS (
+        DELETE FROM rollup_hourly WHERE job_id = ANY(%(ids)s)
+        RETURNING hour, model, team, component, phase, owner, settled_gpu_us, unsettled_gpu_us)
+    SELECT (extract(epoch FROM hour) * 1000000)::bigint, model, team, component, phase, owner,
+           sum(settled_gpu_us)::bigint, sum(unsettled_gpu_us)::bigint
+    FROM gone GROUP BY hour, model, team, component, phase, owner
+"""
+
+
+def delete_job_rows(conn: Connection, job_ids: Sequence[str], deltas: Deltas) -> None:
+    """Delete every stored row of the jobs; subtract their rollup cells in the deltas."""
+    if not job_ids:
+        return
+    params = {"ids": list(job_ids)}
+    with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+        cur.execute(_DELETE_ROLLUP, params)
+        for hour, model, team, component, phase, owner, settled, unsettled in cur:
+            deltas.add(hour, model, team, component, phase, owner, -settled, -unsettled)
+        for table in ("segments", "attempts", "jobs"):
+            cur.execute(f"DELETE FROM {table} WHERE job_id = ANY(%(ids)s)", params)
+
+
+_JOB_COLUMNS = ("job_id", "model", "team", "state", "first_at", "last_at", "open",
+                "held_gpu_seconds", "effective_gpu_seconds", "at_risk_gpu_seconds", "nof",
+                "tts_seconds", "ttr_seconds", "ttr_causes", "unknown_phase_events", "result",
+                "computed_at")
+_ATTEMPT_COLUMNS = ("job_id", "attempt", "allocated_at", "released_at", "gpus", "end_cause",
+                    "held_seconds", "startup_seconds")
+_SEGMENT_COLUMNS = ("job_id", "seq", "hour", "attempt", "start_at", "end_at", "gpus", "model",
+                    "team", "component", "phase", "owner", "settled")
+_ROLLUP_COLUMNS = ("job_id", "hour", "model", "team", "component", "phase", "owner",
+                   "settled_gpu_us", "unsettled_gpu_us")
+
+
+def insert_jobs(conn: Connection, jobs: Sequence[JobRows], formatter: RowFormatter,
+                deltas: Deltas) -> None:
+    """Insert every row of each job (its old rows already deleted); add them to the deltas."""
+    attempts, segments, rollups = [], [], []
+    for rows in jobs:
+        attempts.extend(rows.attempt_lines.values())
+        segments.extend(rows.segment_lines)
+        for key, values in rows.rollup.items():
+            rollups.append(formatter.rollup_line(rows, key))
+            _add(deltas, rows, key, values, 1)
+    _copy_all(conn, [r.job_line for r in jobs], attempts, segments, rollups)
+
+
+def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
+                formatter: RowFormatter, deltas: Deltas) -> None:
+    """Rewrite what changed from `old` (the rows stored now) to `new`, for each pair.
+
+    A running job's new rows mostly repeat the old: only its last segments, the rollup
+    cells of the current hour and its attempt grow. Segments compare by position (seq),
+    rollup cells by key, attempts by number; the job row itself always changes.
+    """
+    seg_jobs, seg_from, seg_lines = [], [], []
+    att_jobs, att_nums, att_lines = [], [], []
+    roll_keys, roll_lines = [], []
+    for old, new in pairs:
+        job = new.job_id
+        same = 0
+        for a, b in zip(old.segment_lines, new.segment_lines, strict=False):
+            if a != b:
+                break
+            same += 1
+        if same < len(old.segment_lines):
+            seg_jobs.append(job)
+            seg_from.append(same)
+        seg_lines.extend(new.segment_lines[same:])
+        for num in old.attempt_lines.keys() | new.attempt_lines.keys():
+            line = new.attempt_lines.get(num)
+            if line != old.attempt_lines.get(num):
+                if num in old.attempt_lines:
+                    att_jobs.append(job)
+                    att_nums.append(num)
+                if line is not None:
+                    att_lines.append(line)
+        for key in old.rollup.keys() | new.rollup.keys():
+            before, after = old.rollup.get(key), new.rollup.get(key)
+            if before == after:
+                continue
+            if before is not None:
+                hour, component, phase, owner = key
+                roll_keys.append({"job_id": job, "hour": formatter.ts(hour),
+                                  "component": component, "phase": phase, "owner": owner})
+                _add(deltas, old, key, before, -1)
+            if after is not None:
+                roll_lines.append(formatter.rollup_line(new, key))
+                _add(deltas, new, key, after, 1)
+    ids = [new.job_id for _old, new in pairs]
+    if ids:
+        conn.execute(text("DELETE FROM jobs WHERE job_id = ANY(:ids)"), {"ids": ids})
+    if seg_jobs:
+        conn.execute(text(
+            "DELETE FROM segments s USING unnest(CAST(:jobs AS text[]), CAST(:seqs AS int[]))"
+            " AS d(job_id, seq) WHERE s.job_id = d.job_id AND s.seq >= d.seq"),
+            {"jobs": seg_jobs, "seqs": seg_from})
+    if att_jobs:
+        conn.execute(text(
+            "DELETE FROM attempts a USING unnest(CAST(:jobs AS text[]), CAST(:nums AS int[]))"
+            " AS d(job_id, attempt) WHERE a.job_id = d.job_id AND a.attempt = d.attempt"),
+            {"jobs": att_jobs, "nums": att_nums})
+    if roll_keys:
+        conn.execute(text(
+            "DELETE FROM rollup_hourly r USING json_to_recordset(CAST(:keys AS json))"
+            " AS d(job_id text, hour timestamptz, component text, phase text, owner text)"
+            " WHERE r.job_id = d.job_id AND r.hour = d.hour AND r.component = d.component"
+            " AND r.phase = d.phase AND r.owner = d.owner"),
+            {"keys": orjson.dumps(roll_keys).decode()})
+    _copy_all(conn, [new.job_line for _old, new in pairs], att_lines, seg_lines, roll_lines)
+
+
+def _add(deltas: Deltas, rows: JobRows, key: RollupKey, values: tuple[int, int],
+         sign: int) -> None:
+    hour, component, phase, owner = key
+    settled, unsettled = values
+    deltas.add(hour, rows.model, rows.team, component, phase, owner, sign * settled,
+               sign * unsettled)
+
+
+def _copy_all(conn: Connection, jobs: list[str], attempts: list[str], segments: list[str],
+              rollups: list[str]) -> None:
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        fmt.copy_rows(cur, "jobs", _JOB_COLUMNS, jobs)
+        fmt.copy_rows(cur, "attempts", _ATTEMPT_COLUMNS, attempts)
+        fmt.copy_rows(cur, "segments", _SEGMENT_COLUMNS, segments)
+        fmt.copy_rows(cur, "rollup_hourly", _ROLLUP_COLUMNS, rollups)
+
+
+def _bulk_add(conn: Connection, table: str, keys: dict[str, str], values: tuple[str, ...],
+              rows: list[tuple[Any, ...]]) -> None:
+    """Add `values` to the rows at `keys` (creating them), in key order.
+
+    Two aggregators touching the same rows lock them in the same order, so they queue
+    behind each other instead of deadlocking.
+    """
+    if not rows:
+        return
+    columns = {**keys, **dict.fromkeys(values, "bigint")}
+    names = list(columns)
+    payload = orjson.dumps([dict(zip(names, row, strict=True)) for row in sorted(rows)])
+    key_list = ", ".join(keys)
+    conn.execute(
+        text(
+            f"INSERT INTO {table} AS t ({', '.join(names)}) SELECT {', '.join(names)}"
+            f" FROM json_to_recordset(CAST(:rows AS json))"
+            f" AS u({', '.join(f'{n} {t}' for n, t in columns.items())}) ORDER BY {key_list}"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET "
+            + ", ".join(f"{v} = t.{v} + EXCLUDED.{v}" for v in values)
+        ),
+        {"rows": payload.decode()},
+    )
+
+
+_LABELS = {"model": "text", "team": "text", "component": "text", "phase": "text",
+           "owner": "text"}
+_GPU_US = ("settled_gpu_us", "unsettled_gpu_us")
+DAY_US = 24 * HOUR_US
+
+
+def apply_deltas(conn: Connection, deltas: Deltas) -> None:
+    """Add the net deltas of the replaced jobs to the shared rollups."""
+    hourly: list[tuple[Any, ...]] = []
+    daily: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
+    for (hour, *labels), (settled, unsettled) in deltas.fleet.items():
+        if settled or unsettled:
+            hourly.append((us_to_dt(hour), *labels, settled, unsettled))
+            cell = daily[(hour - hour % DAY_US, *labels)]
+            cell[0] += settled
+            cell[1] += unsettled
+    _bulk_add(conn, "fleet_hourly", {"hour": "timestamptz", **_LABELS}, _GPU_US, hourly)
+    _bulk_add(conn, "fleet_daily", {"day": "timestamptz", **_LABELS}, _GPU_US,
+              [(us_to_dt(day), *labels, s, u) for (day, *labels), (s, u) in daily.items()
+               if s or u])
+    totals = [(*k, v) for k, v in deltas.totals.items() if v]
+    _bulk_add(conn, "settled_totals",
+              {"model": "text", "team": "text", "component": "text", "owner": "text"},
+              ("settled_gpu_us",), totals)
+
+
+def consume_dirty(conn: Connection, seqs: Sequence[int]) -> None:
+    if seqs:
+        conn.execute(text("DELETE FROM dirty_jobs WHERE seq = ANY(:s)"), {"s": list(seqs)})

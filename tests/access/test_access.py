@@ -1,0 +1,209 @@
+"""Who may do what over HTTP: roles, model patterns, team claims, revocation, open probes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from service.access import tokens
+from service.access.auth import Authenticator
+from service.api.app import AppContext, create_app
+from service.settings import Settings
+from service.taxonomy import DEFAULT_TAXONOMY_PATH
+from tests.conftest import ADMIN_TOKEN
+from tests.factories import event
+
+
+@pytest.fixture
+def taxonomy_file(tmp_path: Path) -> Path:
+    """The default taxonomy plus an ownership entry: ads_ctr belongs to team ads."""
+    data = yaml.safe_load(DEFAULT_TAXONOMY_PATH.read_text())
+    data["models"] = {"ads_ctr": "ads", "ads_shared": "ads-platform"}
+    path = tmp_path / "taxonomy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def make_client(db_engine) -> Iterator[object]:
+    clients: list[TestClient] = []
+
+    def make(**overrides: object) -> TestClient:
+        settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
+                            **overrides)  # type: ignore[arg-type]
+        ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN))
+        client = TestClient(create_app(ctx))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client, taxonomy_file):
+    return make_client(taxonomy=taxonomy_file)
+
+
+def token(engine, role: str, team: str | None = None, patterns: tuple[str, ...] = ()) -> dict:
+    with engine.begin() as conn:
+        info, secret = tokens.create_token(conn, role, team, patterns)
+    return {"Authorization": f"Bearer {secret}", "id": info.token_id}
+
+
+def auth(headers: dict) -> dict:
+    return {"Authorization": headers["Authorization"]}
+
+
+def stored_models(engine) -> list[str]:
+    with engine.connect() as conn:
+        return [r[0] for r in conn.execute(text("SELECT model FROM events ORDER BY model"))]
+
+
+def post(client, headers, events):
+    return client.post("/v1/events", json={"events": events}, headers=auth(headers))
+
+
+def test_a_writer_may_post_events_for_the_models_it_matches(client, db_engine) -> None:
+    writer = token(db_engine, "writer", "ads", ("ads_*",))
+    r = post(client, writer, [event("heartbeat", 1, model="ads_ctr"),
+                              event("heartbeat", 2, model="ads_new")])
+    assert r.status_code == 202 and r.json()["accepted"] == 2, r.text
+
+
+def test_a_batch_only_for_forbidden_models_is_403_naming_the_model(client, db_engine) -> None:
+    writer = token(db_engine, "writer", "ads", ("ads_*",))
+    r = post(client, writer, [event("heartbeat", 1, model="search_rank")] * 2)
+    assert r.status_code == 403
+    assert "may not write model 'search_rank'" in r.json()["detail"]
+    assert stored_models(db_engine) == []
+
+
+def test_a_mixed_batch_stores_the_permitted_events_and_rejects_the_others(client,
+                                                                         db_engine) -> None:
+    writer = token(db_engine, "writer", "ads", ("ads_*",))
+    r = post(client, writer, [event("heartbeat", 1, model="search_rank"),
+                              event("heartbeat", 2, model="ads_ctr")])
+    assert r.status_code == 202
+    assert r.json() == {"accepted": 1, "duplicates": 0, "rejected": [
+        {"index": 0, "error": "model: this token may not write model 'search_rank'"}]}
+    assert stored_models(db_engine) == ["ads_ctr"]
+
+
+def test_a_writer_may_not_claim_another_team_for_a_model(client, db_engine) -> None:
+    writer = token(db_engine, "writer", "ads", ("ads_*",))
+    r = post(client, writer, [
+        event("allocated", 0, gpus=8, model="ads_new", team="ads"),          # its own team
+        event("allocated", 0, gpus=8, model="ads_new", team="search"),       # another team
+        event("allocated", 0, gpus=8, model="ads_shared", team="ads-platform"),  # configured
+        event("allocated", 0, gpus=8, model="ads_shared", team="ads"),       # not the owner
+    ]).json()
+    assert r["accepted"] == 2
+    assert [x["index"] for x in r["rejected"]] == [1, 3]
+    assert r["rejected"][0]["error"] == (
+        "team: this token may not claim team 'search' for model 'ads_new'"
+        " (this token's team is 'ads')")
+    assert "(the configured owner is 'ads-platform')" in r["rejected"][1]["error"]
+    only_claims = post(client, writer, [event("heartbeat", 1, model="ads_ctr", team="search")])
+    assert only_claims.status_code == 403
+    assert "may not claim team 'search'" in only_claims.json()["detail"]
+
+
+def test_an_admin_may_write_any_model_and_team(client, db_engine) -> None:
+    r = client.post("/v1/events", json={"events": [event("heartbeat", 1, model="x", team="y")]},
+                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert r.status_code == 202 and r.json()["accepted"] == 1
+
+
+def test_a_reader_may_read_but_not_post_or_aggregate(make_client, db_engine) -> None:
+    from service.aggregate import build_aggregator
+
+    settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
+    ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN),
+                     aggregator=build_aggregator(settings, db_engine))
+    with TestClient(create_app(ctx)) as client:
+        reader = auth(token(db_engine, "reader"))
+        writer = auth(token(db_engine, "writer", "ads", ("ads_*",)))
+        r = client.post("/v1/events", json={"events": [event("heartbeat", 1)]}, headers=reader)
+        assert r.status_code == 403 and "reader token may not post" in r.json()["detail"]
+        for headers in (reader, writer):  # SPEC section 7: any valid token may read
+            for path in ("/v1/ett", "/v1/models", "/v1/teams/ads/bill"):
+                assert client.get(path, headers=headers).status_code == 200, path
+            assert client.get("/v1/jobs/none", headers=headers).status_code == 404
+            r = client.post("/v1/aggregate", headers=headers)
+            assert r.status_code == 403 and "needs an admin token" in r.json()["detail"]
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        assert client.post("/v1/aggregate", headers=admin).status_code == 200
+    assert stored_models(db_engine) == []
+
+
+def test_a_revoked_token_is_refused_within_the_cache_ttl(make_client, db_engine) -> None:
+    client = make_client(token_cache_ttl_s=0.5)
+    writer = token(db_engine, "writer", "ads", ("ads_*",))
+    assert post(client, writer, [event("heartbeat", 1, model="ads_a")]).status_code == 202
+    with db_engine.begin() as conn:
+        tokens.revoke_token(conn, writer["id"])
+    deadline = time.monotonic() + 5
+    while post(client, writer, [event("heartbeat", 1, model="ads_a")]).status_code == 202:
+        assert time.monotonic() < deadline, "revocation did not take effect"
+        time.sleep(0.05)
+    r = post(client, writer, [event("heartbeat", 1, model="ads_a")])
+    assert r.status_code == 401 and "invalid or revoked token" in r.json()["detail"]
+    assert client.get("/v1/models", headers=auth(writer)).status_code == 401
+
+
+def test_last_use_reaches_the_database_after_the_flush_interval(make_client, db_engine) -> None:
+    client = make_client(token_last_used_flush_s=0.2)
+    reader = token(db_engine, "reader")
+    client.get("/v1/models", headers=auth(reader))
+    time.sleep(0.3)
+    client.get("/v1/models", headers=auth(reader))
+    with db_engine.connect() as conn:
+        assert conn.execute(text("SELECT last_used_at FROM api_tokens")).scalar() is not None
+
+
+def test_probes_and_metrics_are_open_by_default_and_metrics_can_require_a_token(
+        make_client, db_engine) -> None:
+    open_ = make_client()
+    assert open_.get("/metrics").status_code == 200
+    closed = make_client(metrics_auth=True)
+    assert closed.get("/healthz").status_code == 200
+    assert closed.get("/readyz").status_code == 200
+    assert closed.get("/metrics").status_code == 401
+    reader = auth(token(db_engine, "reader"))
+    assert closed.get("/metrics", headers=reader).status_code == 200
+
+
+def test_events_older_than_the_retention_horizon_are_rejected_with_the_limit(
+        make_client) -> None:
+    client = make_client(max_event_age_days=2)
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    now = datetime.now(UTC)
+    old = event("heartbeat", 0, base=now - timedelta(days=3))
+    recent = event("heartbeat", 0, base=now - timedelta(days=1))
+    r = client.post("/v1/events", json={"events": [old, recent]}, headers=admin).json()
+    assert r["accepted"] == 1
+    assert r["rejected"][0]["index"] == 0
+    assert "older than the retention horizon of 2 days" in r["rejected"][0]["error"]
+
+
+@pytest.mark.parametrize("ts", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_timestamps_out_of_range_in_utc_are_clear_errors_not_500(make_client, ts) -> None:
+    client = make_client()
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    ev = event("heartbeat", 0)
+    ev["ts"] = ts
+    r = client.post("/v1/events", json={"events": [ev]}, headers=admin)
+    assert r.status_code == 202
+    assert "is out of range in UTC" in r.json()["rejected"][0]["error"]
+    r = client.get("/v1/ett", params={"start": ts}, headers=admin)
+    assert r.status_code == 422 and "start:" in r.json()["detail"]

@@ -1,0 +1,178 @@
+"""The tree is the architecture: rooms by flow, imports one way, no cycles, small modules.
+
+The import graph is read from the source (every `import`, including those inside functions
+and under `TYPE_CHECKING`), so a cycle hidden behind a lazy import still counts.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# Top-level Python packages of the repository and where they live.
+PACKAGES = {
+    "service": REPO / "service",
+    "ett_core": REPO / "ett_core",
+    "ett_client": REPO / "client" / "ett_client",
+    "dashboards": REPO / "dashboards",
+    "bench": REPO / "bench",
+    "tests": REPO / "tests",
+}
+# service/ from the top down: a module may import its own layer or a lower one, never a
+# higher one. A flow's entry module (`service/ingest.py`) sits with the rooms it uses.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("service.cli",),
+    ("service.api",),
+    ("service.ingest", "service.aggregate", "service.alerts", "service.aggregation",
+     "service.metrics", "service.slo", "service.demo"),
+    ("service.access",),
+    ("service.wire",),
+    ("service.store", "service.settings", "service.errors", "service.taxonomy", "service"),
+    ("ett_core",),
+)
+FORBIDDEN_NAME_PARTS = ("more", "parts", "misc", "util", "wiring")
+MAX_MODULES_PER_ROOM = 12
+MAX_MODULE_LINES = 500
+
+
+def _module_name(package: str, root: Path, path: Path) -> str:
+    parts = [package, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package, root in PACKAGES.items():
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                found[_module_name(package, root, path)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                if not is_package:
+                    base = base[:-1]
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                # `from pkg import mod` is an import of the submodule, not of pkg's face.
+                sub = f"{target}.{alias.name}"
+                yield sub if sub in known else target
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        deps = set()
+        for target in _imports(name, path, known):
+            # Resolve to the longest known module (an attribute import names its module).
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep):], dep]
+            if dep not in state and (cycle := visit(dep)) is not None:
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+def layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for index, rooms in enumerate(LAYERS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (
+                    best is None or len(room) > best[0]):
+                best = (len(room), index)
+    return None if best is None else best[1]
+
+
+def test_the_find_cycle_helper_finds_a_cycle_and_accepts_a_tree() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles_anywhere_in_the_repository() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_service_imports_run_from_the_cli_and_the_app_down_to_the_store_and_the_engine() -> None:
+    upward = []
+    for module, deps in import_graph().items():
+        source = layer_of(module)
+        if source is None or not module.startswith("service"):
+            continue
+        for dep in deps:
+            target = layer_of(dep)
+            if target is not None and target < source:
+                upward.append(f"{module} -> {dep}")
+    assert upward == []
+
+
+def test_every_service_module_belongs_to_a_layer() -> None:
+    assert [m for m in modules() if m.startswith("service") and layer_of(m) is None] == []
+
+
+def _room_modules(room: Path) -> list[Path]:
+    return sorted(p for p in room.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+
+
+@pytest.mark.parametrize("room", sorted(
+    [PACKAGES["service"], *(p for p in PACKAGES["service"].iterdir()
+                            if (p / "__init__.py").exists())]), ids=lambda p: p.name)
+def test_each_room_of_service_holds_at_most_a_dozen_modules(room: Path) -> None:
+    assert len(_room_modules(room)) <= MAX_MODULES_PER_ROOM, [p.name for p in _room_modules(room)]
+
+
+def test_no_module_is_longer_than_500_lines() -> None:
+    long = {str(path.relative_to(REPO)): n for name, path in modules().items()
+            if not name.startswith("tests")
+            and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_module_is_named_for_its_shape_rather_than_its_content() -> None:
+    vague = [name for name in modules() if name.startswith(("service", "ett_core", "ett_client"))
+             and any(part in name.rpartition(".")[2] for part in FORBIDDEN_NAME_PARTS)]
+    assert vague == []
+
+
+def test_the_three_flow_entry_points_stay_at_the_top_of_service() -> None:
+    for face in ("ingest", "aggregate", "alerts"):
+        assert (PACKAGES["service"] / f"{face}.py").is_file()
