@@ -26,12 +26,12 @@ PACKAGES = {
 # higher one. A flow's entry module (`service/ingest.py`) sits with the rooms it uses.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.cli",),
-    ("service.api",),
+    ("service.api", "service.console"),
     ("service.ingest", "service.aggregate", "service.alerts", "service.aggregation",
      "service.metrics", "service.slo", "service.demo"),
     ("service.access",),
     ("service.wire",),
-    ("service.store", "service.settings", "service.errors", "service.taxonomy", "service"),
+    ("service.store", "service.results", "service.settings", "service.errors", "service.taxonomy", "service"),
     ("ett_core",),
 )
 FORBIDDEN_NAME_PARTS = ("more", "parts", "misc", "util", "wiring")

@@ -1,0 +1,5 @@
+"""What the aggregator derived, read back for decisions: impact, checkpoint advice, quarantine.
+
+`store/` holds the tables and the raw event and result paths; this room holds the queries
+that turn stored results into the answers the decision endpoints give.
+"""
