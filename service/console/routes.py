@@ -91,7 +91,9 @@ def install(app: FastAPI, engine: Engine, auth: Authenticator,
                 message = ("That token is not valid (unknown or revoked)."
                            if exc.status_code == 401 else f"Cannot sign in now: {exc.message}")
         if principal is None:
-            status = 503 if message and message.startswith("Cannot") else 401
+            # The form comes back with its message; a 401 document would only add a
+            # browser console error to a page that is working as meant.
+            status = 503 if message and message.startswith("Cannot") else 200
             return render("login.html", status=status, next=target, message=message, user=None)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(COOKIE, sessions.open(token), max_age=int(IDLE_S), path=PREFIX,

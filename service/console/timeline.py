@@ -129,6 +129,8 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
     ticks = []
     for k in range(6):
         ts = t0 + (t1 - t0) * (k / 5)
-        ticks.append({"x": x_of(ts), "label": f"{ts:%m-%d %H:%M}"})
+        # The end labels lean inwards, so the first and last stay inside the drawing.
+        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
+        ticks.append({"x": x_of(ts), "label": f"{ts:%m-%d %H:%M}", "anchor": anchor})
     return {"lanes": lanes, "width": WIDTH, "height": height, "ticks": ticks,
             "lane_h": LANE_H, "colours": COLOURS, "axis_y": height - AXIS_H + 4}

@@ -50,10 +50,10 @@ def test_every_page_without_a_session_redirects_to_sign_in(api: TestClient, path
 def test_a_bad_token_gets_a_message_and_no_cookie(api: TestClient) -> None:
     client = TestClient(api.app)
     r = sign_in(client, "not-a-token")
-    assert r.status_code == 401
+    assert r.status_code == 200
     assert "not valid" in r.text and "set-cookie" not in r.headers
     r = client.post("/ui/login", data={"token": ""}, follow_redirects=False)
-    assert r.status_code == 401 and "Enter a token" in r.text
+    assert r.status_code == 200 and "Enter a token" in r.text
     assert client.get("/ui/", follow_redirects=False).status_code == 303
 
 
@@ -103,7 +103,9 @@ def test_a_revoked_tokens_session_stops_working(db_engine) -> None:
         assert r.status_code == 303 and r.headers["location"].startswith("/ui/login")
         # The session is gone, not just refused once.
         assert client.get("/ui/", follow_redirects=False).status_code == 303
-        assert sign_in(client, token).status_code == 401
+        again = sign_in(client, token)
+        assert again.status_code == 200 and "not valid" in again.text
+        assert "set-cookie" not in again.headers
 
 
 def test_the_job_page_shows_the_apis_figures_and_a_lane_per_attempt(

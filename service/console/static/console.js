@@ -2,15 +2,20 @@
 // from the JSON block beside them when uPlot (vendored, static/vendor/uplot) is loaded.
 "use strict";
 (function () {
+  // The pages write times in UTC; so do the charts' axes, whatever the browser's zone.
+  function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
+
   function pct(v) { return v == null ? "–" : (100 * v).toFixed(1) + " %"; }
 
   function ettChart(el, s) {
     return new uPlot({
-      width: el.clientWidth || 600, height: 240,
+      width: el.clientWidth || 600, height: 240, tzDate: utc,
       scales: { y: { range: [0, 1] } },
       series: [{}, { label: "ETT", stroke: s.colours.effective_training, width: 2,
         value: function (u, v) { return pct(v); } }],
-      axes: [{}, { values: function (u, ticks) { return ticks.map(pct); } }],
+      axes: [{}, { size: 60, values: function (u, ticks) {
+        return ticks.map(function (v) { return Math.round(100 * v) + " %"; });
+      } }],
     }, [s.x, s.ett], el);
   }
 
@@ -30,7 +35,8 @@
         } });
       if (i > 0) { bands.push({ series: [i + 1, i], fill: s.colours[c] + "cc" }); }
     });
-    return new uPlot({ width: el.clientWidth || 600, height: 240, series: series, bands: bands,
+    return new uPlot({ width: el.clientWidth || 600, height: 240, tzDate: utc,
+      series: series, bands: bands, axes: [{}, { size: 60 }],
       scales: { y: { range: function (u, lo, hi) { return [0, hi || 1]; } } } },
     [s.x].concat(sums), el);
   }
