@@ -106,7 +106,7 @@ def create_app(ctx: AppContext) -> FastAPI:
         app.include_router(router)
     # The web console under /ui/ (and / redirects there); it reads what /v1/ reads.
     app.state.console_sessions = console.install(app, ctx.engine, ctx.auth, ctx.clock,
-                                                 s.slo_spec)
+                                                 s.slo_file)
 
     @app.get("/metrics", summary="Prometheus exposition", include_in_schema=True)
     async def metrics_endpoint(request: Request) -> Response:

@@ -105,7 +105,7 @@ def team(req: PageRequest) -> dict[str, Any]:
         slos = [b.to_dict() for b in team_burns(req.engine, load_slo_spec(req.slo_spec),
                                                  team_name, req.now)]
     else:
-        slo_note = f"no SLO spec at {req.slo_spec} (ETT_SLO_SPEC)"
+        slo_note = f"no SLO file at {req.slo_spec} (ETT_SLO_FILE)"
     if not models and not bill["by_phase"] and not slos:
         raise NotFound(f"team {team_name!r} has no models, owns no lost time in this window"
                        " and owns no SLO")
