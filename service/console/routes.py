@@ -58,8 +58,13 @@ def install(app: FastAPI, engine: Engine, auth: Authenticator,
             "Content-Security-Policy": CSP, "Cache-Control": "no-store",
             "X-Content-Type-Options": "nosniff"})
 
-    def to_login(request: Request) -> RedirectResponse:
+    def to_login(request: Request) -> Response:
         here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        if request.headers.get("sec-fetch-site") == "cross-site":
+            # A link from elsewhere (an alert in a chat, a runbook) arrives without the
+            # SameSite=Strict cookie even when signed in. Load the page once more from
+            # here: that navigation is same-site, so the cookie comes along if there is one.
+            return render("bounce.html", here=here, user=None)
         return RedirectResponse(f"{PREFIX}/login?next={quote(here, safe='')}", status_code=303)
 
     @app.get("/", include_in_schema=False)
@@ -72,6 +77,9 @@ def install(app: FastAPI, engine: Engine, auth: Authenticator,
 
     @app.get(PREFIX + "/login", include_in_schema=False)
     async def login_form(request: Request) -> Response:
+        if await sessions.current(request) is not None:
+            return RedirectResponse(_safe_next(request.query_params.get("next")),
+                                    status_code=303)
         return render("login.html", next=_safe_next(request.query_params.get("next")),
                       message=None, user=None)
 

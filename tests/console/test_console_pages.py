@@ -196,3 +196,42 @@ def test_an_owner_teams_page_shows_its_bill_and_slo_burn(api: TestClient,
     slos = f.rows("slos")
     assert [r["data-key"] for r in slos] == ["scheduling-share"]
     assert browser.get("/ui/teams/nobody").status_code == 404
+
+
+def test_a_link_from_another_site_loads_the_page_once_more_to_get_the_cookie(
+        browser: TestClient) -> None:
+    # Browsers keep a SameSite=Strict cookie off a navigation that starts on another site.
+    cross = {"sec-fetch-site": "cross-site"}
+    stranger = TestClient(browser.app)
+    r = stranger.get("/ui/jobs/j-1?x=1", headers=cross, follow_redirects=False)
+    assert r.status_code == 200 and 'content="0; url=/ui/jobs/j-1?x=1"' in r.text
+    # The reload is same-site: without a session it goes to sign-in (no loop) ...
+    r = stranger.get("/ui/jobs/j-1?x=1", headers={"sec-fetch-site": "same-origin"},
+                     follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/ui/login")
+    # ... and with one the page shows.
+    assert browser.get("/ui/jobs/j-1").status_code == 404  # unknown job, but signed in
+
+
+def test_the_sign_in_page_sends_a_signed_in_user_on(browser: TestClient) -> None:
+    r = browser.get("/ui/login?next=/ui/teams/ads", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/teams/ads"
+
+
+def test_the_package_ships_every_template_and_static_file() -> None:
+    import tomllib
+
+    from tests.conftest import REPO
+
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["service"]
+    console = REPO / "service" / "console"
+    files = [p.relative_to(REPO / "service").as_posix()
+             for d in ("templates", "static") for p in (console / d).rglob("*") if p.is_file()]
+    assert files
+    # Setuptools expands each pattern with glob from the package folder (`*` stays
+    # within one folder).
+    shipped = {p.relative_to(REPO / "service").as_posix()
+               for g in globs for p in (REPO / "service").glob(g)}
+    missing = [f for f in files if f not in shipped]
+    assert missing == [], "add these to [tool.setuptools.package-data] in pyproject.toml"
