@@ -170,6 +170,11 @@ def test_fleet_team_and_model_pages_show_the_apis_figures(
     t = Figures(page.text)
     mine = {m["model"]: m["ett_ratio_7d"] for m in models if m["team"] == team}
     assert {k: as_number(v) for k, v in t.cells("models", "ett_ratio_7d").items()} == mine
+    start, end = t.window()
+    by_team = api.get("/v1/ett", params={"start": start, "end": end, "team": team}).json()
+    assert as_number(t.field("held_gpu_seconds")) == by_team["groups"][0]["held_gpu_seconds"]
+    for component, gpu_s in by_team["groups"][0]["components"].items():
+        assert as_number(t.field("component", component)) == gpu_s
     model = models[0]["model"]
     page = browser.get(f"/ui/models/{model}?window=7d")
     assert page.status_code == 200
