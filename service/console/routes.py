@@ -88,20 +88,19 @@ def install(app: FastAPI, engine: Engine, auth: Authenticator,
         form = await request.form()
         token = str(form.get("token") or "").strip()
         target = _safe_next(str(form.get("next") or ""))
-        message = None
+        # The form comes back with its message; a 401 document would only add a browser
+        # console error to a page that works as meant. A store that cannot tell is a 503.
+        message, status = "Enter a token.", 200
         principal: Principal | None = None
-        if not token:
-            message = "Enter a token."
-        else:
+        if token:
             try:
                 principal = await sessions.principal_for(token)
             except EttError as exc:
-                message = ("That token is not valid (unknown or revoked)."
-                           if exc.status_code == 401 else f"Cannot sign in now: {exc.message}")
+                if exc.status_code == 401:
+                    message = "That token is not valid (unknown or revoked)."
+                else:
+                    message, status = f"Cannot sign in now: {exc.message}", exc.status_code
         if principal is None:
-            # The form comes back with its message; a 401 document would only add a
-            # browser console error to a page that is working as meant.
-            status = 503 if message and message.startswith("Cannot") else 200
             return render("login.html", status=status, next=target, message=message, user=None)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(COOKIE, sessions.open(token), max_age=int(IDLE_S), path=PREFIX,

@@ -240,3 +240,20 @@ def test_the_package_ships_every_template_and_static_file() -> None:
                for g in globs for p in (REPO / "service").glob(g)}
     missing = [f for f in files if f not in shipped]
     assert missing == [], "add these to [tool.setuptools.package-data] in pyproject.toml"
+
+
+def test_sign_in_when_the_token_store_cannot_answer_is_a_503_with_a_message() -> None:
+    from service.store.engine import make_engine
+    from tests.conftest import free_port
+
+    # A real engine on a port where no PostgreSQL listens: the token store cannot tell.
+    dead = make_engine(f"postgresql+psycopg://ett@127.0.0.1:{free_port()}/ett", pool_size=1)
+    settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
+    ctx = AppContext(settings=settings, engine=dead, auth=Authenticator(ADMIN_TOKEN))
+    client = TestClient(create_app(ctx))
+    r = sign_in(client, "ett_some_stored_token")
+    assert r.status_code == 503 and "Cannot sign in now" in r.text
+    assert "set-cookie" not in r.headers
+    # The bootstrap admin token needs no database.
+    assert sign_in(client).status_code == 303
+    dead.dispose()
