@@ -18,31 +18,37 @@ class AttemptTruth:
     first_batch: float = 0.0
     end: float = 0.0
     failure: float | None = None
-    # (start, end) of each evaluation during training, and each checkpoint's snapshot.
+    # (start, end) of each evaluation and each checkpoint save during training (where the
+    # test can time them), and each checkpoint's snapshot.
     validations: list[tuple[float, float]] = field(default_factory=list)
+    saves: list[tuple[float, float]] = field(default_factory=list)
     snapshots: list[float] = field(default_factory=list)
 
-    def inside(self, a: float, b: float) -> float:
-        """Validation seconds within [a, b]."""
-        return sum(max(0.0, min(b, v1) - max(a, v0)) for v0, v1 in self.validations)
+    def inside(self, a: float, b: float, spans: list[tuple[float, float]] | None = None
+               ) -> float:
+        """Seconds of `spans` (validations by default) within [a, b]."""
+        spans = self.validations if spans is None else spans
+        return sum(max(0.0, min(b, v1) - max(a, v0)) for v0, v1 in spans)
 
 
 def expected(attempts: list[AttemptTruth]) -> dict[str, float]:
-    held = init = train = val = lost = 0.0
+    held = init = train = val = saves = lost = 0.0
     nof = 0
     for a in attempts:
         held += a.end - a.start
         init += a.first_batch - a.start
         work_end = a.failure if a.failure is not None else a.end
-        v = a.inside(a.first_batch, work_end)
+        v, w = a.inside(a.first_batch, work_end), a.inside(a.first_batch, work_end, a.saves)
         val += v
-        train += work_end - a.first_batch - v
+        saves += w
+        train += work_end - a.first_batch - v - w
         if a.failure is not None:
             nof += 1
             since = max([s for s in a.snapshots if s <= a.failure], default=a.first_batch)
-            lost += a.failure - since - a.inside(since, a.failure)
+            lost += (a.failure - since - a.inside(since, a.failure)
+                     - a.inside(since, a.failure, a.saves))
     return {"held": held, "initialization": init, "training": train, "validation": val,
-            "lost": lost, "nof": nof}
+            "saves": saves, "lost": lost, "nof": nof}
 
 
 def close_enough(got: float, want: float) -> bool:
@@ -61,4 +67,5 @@ def check(result: dict[str, Any], want: dict[str, float]) -> None:
     assert close_enough(trained, want["training"] - want["lost"]), both
     assert close_enough(result["phases"].get("lost_progress", 0.0), want["lost"]), both
     assert close_enough(result["phases"].get("validation", 0.0), want["validation"]), both
+    assert close_enough(comps.get("wasted_training", 0.0), want["saves"] + want["lost"]), both
     assert result["level1"]["nof"] == want["nof"], both
