@@ -1,9 +1,22 @@
-"""The trainer callbacks record on global rank 0 only: on any other rank they build no
-recorder (so send nothing), whatever hooks the real trainer objects call."""
+"""The trainer integrations: optional (the core imports no framework), and recording on
+global rank 0 only: on any other rank they build no recorder (so send nothing), whatever
+hooks the real trainer objects call."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
+
+
+def test_the_core_and_the_integrations_package_import_no_framework() -> None:
+    probe = ("import sys, ett_client, ett_client.integrations, ett_client.recorder; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & "
+             "{'torch', 'lightning', 'transformers', 'numpy', 'fastapi', 'sqlalchemy'}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_the_lightning_callback_records_nothing_on_rank_1(monkeypatch, tmp_path) -> None:
