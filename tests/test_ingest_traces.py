@@ -167,3 +167,22 @@ def test_a_gzip_bomb_is_refused_before_it_grows(api) -> None:
 
 def test_times_keep_whole_microseconds() -> None:
     assert rfc3339(1_700_000_000 * SECOND_NS + 1_234_567) == "2023-11-14T22:13:20.001234+00:00"
+
+
+def test_spans_share_the_ingest_admission_limit_and_get_503_with_retry_after(
+        db_engine, app_context) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from tests.conftest import ADMIN_TOKEN
+
+    app_context.settings = app_context.settings.model_copy(
+        update={"ingest_max_in_flight_bytes": 1024})
+    body = request_of(one_logger_job(base_ns()) * 4, **resource("job-big")).SerializeToString()
+    assert len(body) > 1024
+    with TestClient(create_app(app_context)) as client:
+        r = client.post("/v1/traces", content=body,
+                        headers={**PROTO, "Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+    assert "bytes of request bodies in flight" in r.json()["detail"]
+    assert count(db_engine, "job-big") == 0
