@@ -98,11 +98,14 @@ class EttCallback(pl.Callback):
 
     ``recorder``: an existing :class:`~ett_client.Recorder`; without one the callback makes
     its own from ``recorder_kwargs`` and the ``ETT_*`` environment, and closes it at the end.
+    ``failure_cause``: the cause recorded for an exception (``user``, ``infra``,
+    ``preemption``).
     """
 
     def __init__(self, recorder: Recorder | None = None, *, heartbeat_s: float = 60.0,
-                 **recorder_kwargs: Any) -> None:
+                 failure_cause: str = "user", **recorder_kwargs: Any) -> None:
         self._given = recorder
+        self._failure_cause = failure_cause
         self._kwargs = recorder_kwargs
         self._heartbeat_s = heartbeat_s
         self._recorder: Recorder | None = None
@@ -122,7 +125,8 @@ class EttCallback(pl.Callback):
         self._recorder = rec
         if not rec.enabled:
             return
-        timeline = TrainerTimeline(rec, heartbeat_s=self._heartbeat_s)
+        timeline = TrainerTimeline(rec, heartbeat_s=self._heartbeat_s,
+                                   failure_cause=self._failure_cause)
         self._timeline = timeline
         gpus = rec.settings.gpus if rec.settings is not None else None
         timeline.begin(gpus if gpus is not None else max(1, trainer.world_size))

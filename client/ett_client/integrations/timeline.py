@@ -23,9 +23,11 @@ CHECKPOINT_SAVE = "checkpoint_save"
 class TrainerTimeline:
     """Phase bookkeeping for one attempt; every call is a cheap no-op once finished."""
 
-    def __init__(self, recorder: Recorder, heartbeat_s: float = 60.0) -> None:
+    def __init__(self, recorder: Recorder, heartbeat_s: float = 60.0,
+                 failure_cause: str = "user") -> None:
         self.recorder = recorder
         self.heartbeat_s = heartbeat_s
+        self.failure_cause = failure_cause
         self._open: list[str] = []
         self._started = False
         self._training = False
@@ -90,14 +92,16 @@ class TrainerTimeline:
             self.recorder.checkpoint(snapshot_ts=snapshot)
 
     def fail(self, exc: BaseException) -> None:
-        """The attempt's work ended with `exc`; Ctrl-C is a cancel, not an interruption."""
+        """The attempt's work ended with `exc` (cause `failure_cause`: an exception out of the
+        training code is the job's own, `user`, unless the caller knows better); Ctrl-C is a
+        cancel, not an interruption."""
         if self._finished or not self._started:
             return
         if isinstance(exc, KeyboardInterrupt):
             self.finish("cancelled")
             return
         self.leave_all()
-        self.recorder.failure(cause="user", reason=f"{type(exc).__name__}: {exc}")
+        self.recorder.failure(cause=self.failure_cause, reason=f"{type(exc).__name__}: {exc}")
         self.finish("failed")
 
     def leave_all(self) -> None:
