@@ -19,6 +19,7 @@ def test_the_core_and_the_integrations_package_import_no_framework() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+@pytest.mark.slow  # importing Lightning alone takes seconds
 def test_the_lightning_callback_records_nothing_on_rank_1(monkeypatch, tmp_path) -> None:
     pl = pytest.importorskip("lightning.pytorch")
     from ett_client.integrations.lightning import EttCallback
