@@ -186,3 +186,33 @@ def test_spans_share_the_ingest_admission_limit_and_get_503_with_retry_after(
     assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
     assert "bytes of request bodies in flight" in r.json()["detail"]
     assert count(db_engine, "job-big") == 0
+
+
+def _token(engine, role: str, team: str | None = None, patterns: tuple[str, ...] = ()) -> str:
+    from service.access import tokens
+
+    with engine.begin() as conn:
+        _info, secret = tokens.create_token(conn, role, team, patterns)
+    return f"Bearer {secret}"
+
+
+def test_spans_obey_the_token_scopes_of_events(api, db_engine) -> None:
+    base, trace = base_ns(), os.urandom(16)
+    writer = _token(db_engine, "writer", "ads", ("ads_*",))
+    mine = span("training_loop", 0, 10, base=base, trace_id=trace, ett__model="ads_ctr",
+                ett__team="ads")
+    theirs = span("training_loop", 0, 10, base=base, trace_id=trace, ett__model="search_rank",
+                  ett__team="ads")
+    only_theirs = request_of([theirs], ett__job_id="job-scope").SerializeToString()
+    r = api.post("/v1/traces", content=only_theirs, headers={**PROTO, "Authorization": writer})
+    assert r.status_code == 403 and "may not write model 'search_rank'" in r.json()["detail"]
+    mixed = request_of([mine, theirs], ett__job_id="job-scope").SerializeToString()
+    r = api.post("/v1/traces", content=mixed, headers={**PROTO, "Authorization": writer})
+    reply = ExportTraceServiceResponse.FromString(r.content)
+    assert r.status_code == 200 and reply.partial_success.rejected_spans == 1
+    assert "span 1: model: this token may not write model 'search_rank'" in (
+        reply.partial_success.error_message)
+    assert count(db_engine, "job-scope") == 2
+    reader = _token(db_engine, "reader")
+    r = api.post("/v1/traces", content=mixed, headers={**PROTO, "Authorization": reader})
+    assert r.status_code == 403 and r.json()["detail"] == "a reader token may not post spans"
