@@ -17,7 +17,7 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default=Path(".ett-data"), description="embedded database and token")
     admin_token: SecretStr | None = None
-    taxonomy: Path | None = Field(default=None, description="taxonomy YAML; unset: SPEC table")
+    taxonomy: Path | None = Field(default=None, description="taxonomy YAML; unset: default")
     heartbeat_timeout_s: float = Field(default=600.0, gt=0)
 
     aggregate_interval_s: float = Field(default=30.0, gt=0)

@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -32,6 +33,9 @@ from .request_metrics import HttpMetrics, MetricsMiddleware
 
 log = logging.getLogger(__name__)
 
+# Where `GET /` sends a person: the API docs for now (a web console may take its place).
+HOME = "/docs"
+
 
 @dataclass
 class AppContext:
@@ -53,7 +57,9 @@ class AppContext:
 def create_app(ctx: AppContext) -> FastAPI:
     # `_created` series double the exposition and no dashboard or rule reads them.
     disable_created_metrics()
-    app = FastAPI(
+    # FastAPIOffline serves Swagger UI and ReDoc from its package, not from a CDN, so /docs
+    # works on a machine without internet access.
+    app: FastAPI = FastAPIOffline(
         title="ETT telemetry",
         version=__version__,
         description="Effective Training Time telemetry: ingest, results and metrics.",
@@ -103,6 +109,10 @@ def create_app(ctx: AppContext) -> FastAPI:
         app.include_router(admin_routes.build_router(ctx.aggregator, ctx.auth))
     for router in ctx.extra_routers:
         app.include_router(router)
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> RedirectResponse:
+        return RedirectResponse(HOME)
 
     @app.get("/metrics", summary="Prometheus exposition", include_in_schema=True)
     async def metrics_endpoint(request: Request) -> Response:
