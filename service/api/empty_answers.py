@@ -7,13 +7,14 @@ for a real reason (a quiet window) keep the contract's zeros and carry a note to
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
 from service.store import queries as q
 
 MAX_LISTED = 20
+RETENTION = timedelta(days=400)
 
 
 def _listing(values: list[str]) -> str:
@@ -38,9 +39,12 @@ def ett_note(conn: Connection, model: str | None, team: str | None) -> str:
     return "nothing was held in this window by the jobs that matched"
 
 
-def bill_note(conn: Connection, team: str, start: Any, end: Any) -> str:
+def bill_note(conn: Connection, team: str, start: datetime, end: datetime) -> str:
     """Why a team's bill is empty: the team owns nothing anywhere, or not in this window."""
-    owners = sorted({row["owner"] for row in q.window_rows(conn, start, end, ["owner"])})
+    # Owners over the retention horizon around the window, not only the window: a team that
+    # owned time last month is known, and its empty week is a fact, not a typo.
+    rows = q.window_rows(conn, start - RETENTION, end + RETENTION, ["owner"])
+    owners = sorted({row["owner"] for row in rows})
     teams = sorted({t for _, t in q.models_and_teams(conn)} | set(owners))
     if team not in teams:
         return f"no time is owned by team {team}; known teams and owners: {_listing(teams)}"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 
+from typing import Any
+
 from fastapi import Request
-from fastapi.dependencies.utils import get_flat_dependant
 
 from service.errors import Unprocessable
 
@@ -18,9 +19,14 @@ from service.errors import Unprocessable
 def valid_names(request: Request) -> list[str]:
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
-    if dependant is None:
-        return []
-    return [p.alias for p in get_flat_dependant(dependant).query_params]
+    return list(dict.fromkeys(_query_names(dependant))) if dependant is not None else []
+
+
+def _query_names(dependant: Any) -> list[str]:
+    names = [p.alias for p in dependant.query_params]
+    for sub in dependant.dependencies:
+        names.extend(_query_names(sub))
+    return names
 
 
 async def reject_unknown(request: Request) -> None:
