@@ -8,7 +8,6 @@ are read from the route's own signature, so a new parameter never needs listing 
 from __future__ import annotations
 
 import difflib
-
 from typing import Any
 
 from fastapi import Request
