@@ -104,7 +104,8 @@ def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list
     window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
     if args.bill:
         bill = rr.team_bill(engine, args.team, start, end)
-        head = f"team {args.team} bill, {window}: {bill['lost_gpu_hours']:,.1f} lost GPU-hours"
+        head = (f"{args.team} bill: {bill['lost_gpu_hours']:,.1f} lost GPU-hours the team"
+                f" owns, {window}")
         return bill, [head, *_bill_tables(bill), bill.get("note", "")]
     group_by = args.by or "none"
     answer = rr.ett_window(engine, start, end, group_by, args.model, args.team)
@@ -129,7 +130,8 @@ def _run(args: argparse.Namespace) -> int:
     console = Console()
     for item in shown:
         if item:
-            console.print(item)
+            # Sentences are not wrapped (a script may grep them); tables fit the terminal.
+            console.print(item, soft_wrap=isinstance(item, str))
     return 0
 
 

@@ -133,7 +133,8 @@ def test_report_of_a_team_bill_and_of_one_job(aggregated, capsys) -> None:
     assert main(["report", "--team", "compiler", "--bill", *WINDOW]) == 0
     out = capsys.readouterr().out
     # compilation 10 + 5 minutes on 8 GPUs = 2.0 lost GPU-hours.
-    assert "team compiler bill" in out and "2.0 lost GPU-hours" in out
+    assert out.startswith("compiler bill: 2.0 lost GPU-hours the team owns, 2026-11-01 00:00")
+    assert ["compilation", "2.0"] in rows(out) and ["model-a", "2.0"] in rows(out)
     assert main(["report", "--job", "job-1"]) == 0
     out = capsys.readouterr().out
     assert "ETT 56.2% of 9,600 held seconds" in out
