@@ -90,6 +90,9 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         gc.freeze()
         try:
             server.run()
+        except KeyboardInterrupt:
+            # Ctrl-C is how `make run` is meant to stop: a clean stop, not a failure.
+            print("ETT telemetry stopped", flush=True)
         finally:
             stop.set()
             for thread in background:

@@ -142,3 +142,6 @@ def test_the_readme_from_a_fresh_clone(tmp_path) -> None:
         time.sleep(0.5)
     assert not processes_under(clone), processes_under(clone)
     assert not port_open(port)
+    tail = Path(log.name).read_text()[-2000:]
+    assert "ETT telemetry stopped" in tail and "Traceback" not in tail, tail
+    assert run.returncode == 0, tail
