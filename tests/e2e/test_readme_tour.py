@@ -144,4 +144,7 @@ def test_the_readme_from_a_fresh_clone(tmp_path) -> None:
     assert not port_open(port)
     tail = Path(log.name).read_text()[-2000:]
     assert "ETT telemetry stopped" in tail and "Traceback" not in tail, tail
-    assert run.returncode == 0, tail
+    # make itself got the Ctrl-C too and dies of it (-SIGINT); what it ran stopped cleanly,
+    # so make reports no error of its own.
+    assert run.returncode in (0, -signal.SIGINT), (run.returncode, tail)
+    assert "make: ***" not in tail, tail
