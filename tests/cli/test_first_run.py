@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -142,3 +143,20 @@ def test_report_of_a_team_bill_and_of_one_job(aggregated, capsys) -> None:
     assert main(["report", "--bill"]) == 2
     assert main(["report", "--job", "nope"]) == 2
     assert "job 'nope' is unknown" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_run_passes_host_and_port_to_ett_serve() -> None:
+    from tests.conftest import REPO
+
+    dry = subprocess.run(["make", "-n", "-o", ".venv/.installed-run", "run", "HOST=0.0.0.0",
+                          "PORT=9000"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert ".venv/bin/ett serve --demo --host 0.0.0.0 --port 9000" in dry.stdout.splitlines()
+
+
+def test_serve_on_every_interface_says_how_others_reach_it(service_factory, pg_server_url
+                                                           ) -> None:
+    svc = service_factory(args=("--host", "0.0.0.0", "--no-aggregator"))
+    out = svc.log_path.read_text()
+    assert f"ETT telemetry listening on http://0.0.0.0:{svc.port}" in out
+    assert f"reachable from other machines as http://{socket.getfqdn()}:{svc.port}" in out
