@@ -4,11 +4,15 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
 RUN_STAMP := $(VENV)/.installed-run
+# Where `make run` listens: `make run HOST=0.0.0.0 PORT=9000` for trainers on other machines.
+HOST ?= 127.0.0.1
+PORT ?= 8080
 
 .PHONY: run test test-fast lint bench bench-quick clean
 
-# Running the service needs only the service; the tests also need the SDK, PyTorch and tools.
-$(RUN_STAMP): pyproject.toml scripts/setup-venv.sh
+# Running the service needs the service and the SDK (the README's snippet runs in .venv); the
+# tests also need PyTorch and tools.
+$(RUN_STAMP): pyproject.toml $(wildcard client/pyproject.toml) scripts/setup-venv.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/setup-venv.sh run
 	touch $(RUN_STAMP)
 
@@ -18,7 +22,7 @@ $(STAMP): pyproject.toml $(wildcard client/pyproject.toml) scripts/setup-venv.sh
 
 ## Run the service (API, aggregator, /metrics) on an embedded PostgreSQL, with a demo fleet.
 run: $(RUN_STAMP)
-	$(VENV)/bin/ett serve --demo
+	$(VENV)/bin/ett serve --demo --host $(HOST) --port $(PORT)
 
 ## Run the whole test suite the way CI does (system tools installed when missing).
 test: $(STAMP)

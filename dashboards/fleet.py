@@ -110,7 +110,17 @@ def _live() -> list[PanelBuilder]:
             "At-risk GPU-hours by team",
             "Training not yet covered by a durable checkpoint, per model team.",
             [promql(f"sum by (team) (ett_at_risk_gpu_seconds{{{SEL}}}) / 3600", "{{team}}")],
-            GPU_HOURS, w=24, stacked=True),
+            GPU_HOURS, w=12, stacked=True),
+        # A newcomer's first jobs usually land here: the fix is the taxonomy's `models:` or
+        # the recorder's `team=`, and nobody is billed until it is made.
+        timeseries_panel(
+            "Unassigned GPU-hours by model (a thing to fix)",
+            "Held GPU-hours per hour of jobs whose model has no team: posted without `team`, "
+            "and not named in the taxonomy's `models:`. Give the model a team there (or "
+            "`Recorder(team=...)` / ETT_TEAM) so its time is billed to someone.",
+            [promql('sum by (model) (rate(ett_held_gpu_seconds_total{team="unassigned", '
+                    'model=~"$model"}[$__rate_interval])) * 3600', "{{model}}")],
+            "suffix: GPU-h/h", w=12, stacked=True),
     ]
 
 

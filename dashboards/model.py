@@ -31,7 +31,7 @@ M = 'model="$model"'
 # Jobs that held GPUs at some point of the dashboard range ($model is single-valued).
 JOBS_IN_RANGE = "model = '$model' AND first_at < $__timeTo() AND last_at >= $__timeFrom()"
 
-# Level-1 terms are per job in plain seconds (SPEC section 7); weighting each by the job's
+# Level-1 terms are per job in plain seconds (docs/model.md section 7); weighting each by the job's
 # average GPU count (held GPU-seconds / held seconds) makes them add up like GPU-hours.
 LEVEL1_SQL = f"""
     WITH j AS (

@@ -1,4 +1,4 @@
-"""Attempt frames: where each attempt starts and ends, and why it ended (SPEC section 5).
+"""Attempt frames: where each attempt starts and ends, and why it ended (docs/model.md section 5).
 
 A frame is decided from one attempt's timeline events plus the start of the next attempt,
 `now` and the heartbeat timeout. Everything inside the frame (phases, checkpoints) is the

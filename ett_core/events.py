@@ -79,7 +79,7 @@ class Event(NamedTuple):
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> Event:
-        """Build an Event from a validated wire event (SPEC section 5)."""
+        """Build an Event from a validated wire event (docs/model.md section 5)."""
         attrs = data.get("attrs")
         return cls(
             event_id=str(data["event_id"]),

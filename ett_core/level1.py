@@ -1,4 +1,4 @@
-"""Level 1 (SPEC section 3): TTS, TTR per interruption, in-loop overhead, final shutdown.
+"""Level 1 (docs/model.md section 3): TTS, TTR per interruption, in-loop overhead, final shutdown.
 
 Every labelled instant of every attempt goes to exactly one term, so
 held = effective + TTS + sum(TTR) + in_loop + final_shutdown holds to the microsecond,

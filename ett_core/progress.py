@@ -1,4 +1,4 @@
-"""Checkpoints, lost progress and at-risk training (SPEC section 4), and ownership.
+"""Checkpoints, lost progress and at-risk training (docs/model.md section 4), and ownership.
 
 Turns an attempt's partition into labelled pieces: training after the latest durable
 snapshot becomes `lost_progress` when the attempt was interrupted, or stays training but

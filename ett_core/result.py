@@ -1,4 +1,4 @@
-"""JobResult: one job's figures in microseconds, and its SPEC section 7 wire form."""
+"""JobResult: one job's figures in microseconds, and its docs/model.md section 7 wire form."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class AttemptResult:
 
 @dataclass(frozen=True, slots=True)
 class JobResult:
-    """SPEC section 7 fields in plain (not GPU-weighted) microseconds."""
+    """docs/model.md section 7 fields in plain (not GPU-weighted) microseconds."""
 
     job_id: str
     model: str

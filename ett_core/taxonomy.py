@@ -1,6 +1,6 @@
 """The taxonomy: phase -> component, component -> owner, overrides, model -> team.
 
-It is configuration (SPEC section 2): re-running aggregation with another taxonomy
+It is configuration (docs/model.md section 2): re-running aggregation with another taxonomy
 re-attributes history. This module validates a plain mapping; reading YAML (and turning
 error paths into file lines) is the service's job.
 """
@@ -32,7 +32,7 @@ UNASSIGNED_TEAM = "unassigned"
 # reported and derived time indistinguishable.
 RESERVED_PHASES = (LOST_PROGRESS, UNATTRIBUTED)
 
-# SPEC section 2, as data. An owner of None means "the model's own team".
+# docs/model.md section 2, as data. An owner of None means "the model's own team".
 DEFAULT_MAPPING: Mapping[str, Any] = {
     "components": {
         "scheduling": {"owner": "scheduler", "phases": ["scheduling"]},

@@ -1,4 +1,4 @@
-"""The innermost-open-phase partition of one attempt's held time (SPEC section 2).
+"""The innermost-open-phase partition of one attempt's held time (docs/model.md section 2).
 
 At every instant the phase started most recently among those still open owns the time;
 background phases are recorded but own nothing; held time no phase covers is

@@ -2,9 +2,16 @@
 
 Run it under torchelastic, which restarts it after a failure:
 
-    ETT_URL=http://127.0.0.1:8080 ETT_TOKEN=... ETT_JOB_ID=demo-1 ETT_MODEL=tiny-mlp \\
-    torchrun --standalone --nproc-per-node=2 --max-restarts=2 examples/train_elastic.py \\
-        --ckpt-dir /tmp/demo-ckpt --crash-rank 1 --crash-step 25
+    ETT_URL=http://127.0.0.1:8080 ETT_TOKEN=$(cat .ett-data/admin-token) \\
+    ETT_JOB_ID=demo-1 ETT_MODEL=tiny-mlp ETT_TEAM=ml-platform ETT_SIGTERM_CAUSE=infra \\
+    .venv/bin/torchrun --standalone --nproc-per-node=2 --max-restarts=2 \\
+        examples/train_elastic.py --ckpt-dir /tmp/demo-ckpt --crash-rank 1 --crash-step 25
+
+``ETT_SIGTERM_CAUSE=infra``: when one worker dies, torchelastic stops the others with
+SIGTERM, which the recorder would otherwise report as a ``preemption`` (docs/client.md,
+caveats); here the SIGTERM is the consequence of an infra failure. ``ETT_TEAM`` gives the
+job its team; without it (and without a taxonomy ``models:`` entry for the model) the job
+is billed to the team ``unassigned``.
 
 It uses torch.compile (its compilations become the ``compilation`` phase), asynchronous DCP
 checkpoints (the staging is ``checkpoint_save``; the ``checkpoint`` event is sent when the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create the project virtualenv. `run`: the service alone. `test` (default): the service,
+# Create the project virtualenv. `run`: the service and the client SDK (`pip install ./client`). `test` (default): the service,
 # the client SDK with PyTorch, and the test tools.
 set -euo pipefail
 WHAT=${1:-test}
@@ -12,7 +12,8 @@ fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 if [ "$WHAT" = run ]; then
-  "$VENV/bin/python" -m pip install -q -e .
+  # The SDK too: the README's trainer snippet runs in this environment.
+  "$VENV/bin/python" -m pip install -q -e . -e ./client
   exit 0
 fi
 "$VENV/bin/python" -m pip install -q -e '.[test]'

@@ -1,4 +1,4 @@
-"""POST /v1/events: the v1 ingest endpoint (SPEC section 5)."""
+"""POST /v1/events: the v1 ingest endpoint (docs/model.md section 5)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default=Path(".ett-data"), description="embedded database and token")
     admin_token: SecretStr | None = None
-    taxonomy: Path | None = Field(default=None, description="taxonomy YAML; unset: SPEC table")
+    taxonomy: Path | None = Field(default=None, description="taxonomy YAML; unset: default")
     slo_file: Path = Field(default=Path("deploy/slo.yaml"),
                            description="SLO file the console reads for its team pages")
     otlp_mapping: Path | None = Field(

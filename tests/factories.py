@@ -29,7 +29,7 @@ def event(type_: str, minutes: float, *, job_id: str = "job-1", attempt: int = 0
 
 def spec_example(job_id: str = "job-1", model: str = "model-a",
                  base: datetime = BASE) -> list[dict[str, Any]]:
-    """SPEC section 6: the 8-GPU job with one infra failure (ETT 56.25%)."""
+    """docs/model.md section 6: the 8-GPU job with one infra failure (ETT 56.25%)."""
     e = lambda t, m, **kw: event(t, m, job_id=job_id, model=model, base=base, **kw)  # noqa: E731
     return [
         e("allocated", 0, gpus=8, team="ads"),

@@ -1,4 +1,5 @@
-"""Events as the wire contract (SPEC section 5) defines them, built off the caller's thread.
+"""Events as the wire contract (docs/model.md section 5) defines them, built off the caller's
+thread.
 
 The caller's thread only captures a :data:`Record` tuple (timestamp, random id bytes, type,
 phase, attrs, gpus); the spool thread turns records into JSON lines with :class:`Encoder`.

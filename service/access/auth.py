@@ -2,7 +2,7 @@
 
 Roles (docs/security.md): `admin` may do everything; `writer` may post events for models
 that match its patterns (and claim only its own team for them) and read; `reader` may only
-read. SPEC section 7: any valid token may read, so read scope is not narrowed by patterns.
+read. docs/model.md section 7: any valid token may read, so read scope is not narrowed by patterns.
 
 Tokens other than the bootstrap admin token (ETT_ADMIN_TOKEN) live in the token store
 (`service.access.tokens`), which may have to ask the database. Routes call `authenticate()` from

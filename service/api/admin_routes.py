@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
 from service.access.auth import Authenticator
 from service.aggregate import Aggregator
 
+from .query_params import reject_unknown
+
 
 def build_router(aggregator: Aggregator, auth: Authenticator) -> APIRouter:
-    router = APIRouter(prefix="/v1")
+    router = APIRouter(prefix="/v1", dependencies=[Depends(reject_unknown)])
 
     @router.post("/aggregate", summary="Run one aggregation pass now (admin)")
     async def post_aggregate(request: Request) -> dict[str, Any]:

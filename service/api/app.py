@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -34,7 +35,6 @@ from .request_metrics import HttpMetrics, MetricsMiddleware
 
 log = logging.getLogger(__name__)
 
-
 @dataclass
 class AppContext:
     """Everything the routes need, built by the CLI (or a test) and passed down."""
@@ -55,7 +55,9 @@ class AppContext:
 def create_app(ctx: AppContext) -> FastAPI:
     # `_created` series double the exposition and no dashboard or rule reads them.
     disable_created_metrics()
-    app = FastAPI(
+    # FastAPIOffline serves Swagger UI and ReDoc from its package, not from a CDN, so /docs
+    # works on a machine without internet access.
+    app: FastAPI = FastAPIOffline(
         title="ETT telemetry",
         version=__version__,
         description="Effective Training Time telemetry: ingest, results and metrics.",

@@ -1,4 +1,4 @@
-"""Read endpoints (SPEC section 7): thin routers over service.store.queries."""
+"""Read endpoints (docs/model.md, reading results): thin routers over service.store.queries."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Engine
 
@@ -15,6 +15,9 @@ from service.access.auth import Authenticator
 from service.errors import NotFound, Unprocessable
 from service.store import queries as q
 from service.wire.event import WireError, parse_rfc3339
+
+from .empty_answers import bill_note, ett_note
+from .query_params import reject_unknown
 
 GROUP_BY = ("none", "model", "team", "component", "owner")
 MAX_WINDOW = timedelta(days=400)
@@ -70,13 +73,15 @@ def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
     with engine.connect() as conn:
         rows = q.window_rows(conn, start, end, [key] if key else [],
                              {"model": model, "team": team})
-    groups = summarise(rows, key)
+        groups = summarise(rows, key)
+        note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team)
     if key is None:
         out = [group_to_wire(None, groups.get(None))]
     else:
         out = [group_to_wire(k, groups[k]) for k in sorted(groups)]
-    return {"start": start.isoformat(), "end": end.isoformat(), "group_by": group_by,
-            "groups": out}
+    answer = {"start": start.isoformat(), "end": end.isoformat(), "group_by": group_by,
+              "groups": out}
+    return answer if note is None else {**answer, "note": note}
 
 
 def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
@@ -85,7 +90,7 @@ def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
         pairs = q.models_and_teams(conn)
         by_day = summarise(q.window_rows(conn, day, now, ["model"]), "model")
         by_week = summarise(q.window_rows(conn, week, now, ["model"]), "model")
-    models = []
+    models: list[dict[str, Any]] = []
     for model, team in pairs:
         d, w = group_to_wire(model, by_day.get(model)), group_to_wire(model, by_week.get(model))
         models.append({
@@ -95,7 +100,10 @@ def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
             "held_gpu_hours_7d": w["held_gpu_seconds"] / 3600,
             "at_risk_gpu_hours_1d": d["at_risk_gpu_seconds"] / 3600,
         })
-    return {"as_of": now.isoformat(), "models": models}
+    answer: dict[str, Any] = {"as_of": now.isoformat(), "models": models}
+    if not models:
+        answer["note"] = "no jobs yet: nothing has been posted to POST /v1/events"
+    return answer
 
 
 def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict[str, Any]:
@@ -103,6 +111,7 @@ def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict
     with engine.connect() as conn:
         rows = q.window_rows(conn, start, end, ["phase", "model"], {"owner": team},
                              exclude_components=[EFFECTIVE])
+        note = None if rows else bill_note(conn, team, start, end)
     by_phase: dict[str, float] = {}
     by_model: dict[str, float] = {}
     by_component: dict[str, float] = {}
@@ -114,7 +123,7 @@ def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict
         by_component[row["component"]] = by_component.get(row["component"], 0) + gpu_us
         by_model[row["model"]] = by_model.get(row["model"], 0) + gpu_us
     hours = 3_600_000_000
-    return {
+    answer = {
         "team": team, "start": start.isoformat(), "end": end.isoformat(),
         "lost_gpu_hours": total / hours,
         "by_phase": {k: v / hours for k, v in sorted(by_phase.items(), key=lambda kv: -kv[1])},
@@ -122,6 +131,7 @@ def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict
         "by_component": {k: v / hours
                          for k, v in sorted(by_component.items(), key=lambda kv: -kv[1])},
     }
+    return answer if note is None else {**answer, "note": note}
 
 
 def _storable(**params: str | None) -> None:
@@ -134,9 +144,9 @@ def _storable(**params: str | None) -> None:
 
 def build_router(engine: Engine, auth: Authenticator,
                  clock: Callable[[], datetime]) -> APIRouter:
-    router = APIRouter(prefix="/v1")
+    router = APIRouter(prefix="/v1", dependencies=[Depends(reject_unknown)])
 
-    @router.get("/jobs/{job_id}", summary="One job's result (SPEC section 7)")
+    @router.get("/jobs/{job_id}", summary="One job's result: attempts, components, owners, Level 1")
     async def get_job(job_id: str, request: Request) -> dict[str, Any]:
         auth.require_reader(request.headers.get("authorization"))
         _storable(job_id=job_id)

@@ -15,11 +15,11 @@ log = logging.getLogger("ett")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import aggregate, alerts, dashboards, demo, migrate, prune, serve, tokens
+    from . import aggregate, alerts, dashboards, demo, migrate, prune, report, serve, tokens
 
     parser = argparse.ArgumentParser(prog="ett", description="ETT telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (serve, migrate, aggregate, alerts, dashboards, tokens, demo, prune):
+    for group in (serve, migrate, aggregate, report, alerts, dashboards, tokens, demo, prune):
         group.register(sub)
     return parser
 
@@ -41,10 +41,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     parser = build_parser()
     args = parser.parse_args(argv)
-    settings = Settings()
-    configure_logging(settings.log_level)
-    args.settings = settings
+    settings: Settings | None = None
     try:
+        settings = Settings()
+        configure_logging(settings.log_level)
+        args.settings = settings
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        from .failures import EXIT_CONFIG, explain
+
+        message = explain(exc, _shown_url(settings))
+        if message is None:
+            raise
+        print(f"ett {args.command}: {message}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+def _shown_url(settings: Settings | None) -> str | None:
+    if settings is None or not settings.database_url:
+        return None
+    from service.store.engine import display_url
+
+    try:
+        return display_url(settings.database_url)
+    except Exception:
+        return "ETT_DATABASE_URL"

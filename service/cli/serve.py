@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import signal
+import socket
 import threading
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,9 @@ log = logging.getLogger("ett.serve")
 
 
 def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: bool) -> int:
+    from .port_check import ensure_free
+
+    ensure_free(host, port)
     # Imported here: the other commands never load the web stack.
     import uvicorn
 
@@ -29,7 +33,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
     from service.store.engine import open_database
     from service.store.ingest_pool import IngestPool
 
-    with open_database(settings) as db:
+    with open_database(settings, create=True) as db:
         migrate.upgrade(db.engine)
         if db.admin_token is None:
             log.warning("no ETT_ADMIN_TOKEN set: only tokens from the token store can be used")
@@ -61,6 +65,9 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         server = uvicorn.Server(config)
         base = f"http://{host}:{port}"
         print(f"ETT telemetry listening on {base}", flush=True)
+        if host in ("0.0.0.0", "::"):
+            print(f"  reachable from other machines as http://{socket.getfqdn()}:{port}",
+                  flush=True)
         print(f"  data: {db.describe()}" + (f" (in {settings.data_dir.resolve()})"
                                               if db.embedded else ""), flush=True)
         if db.embedded and db.admin_token:
@@ -84,6 +91,9 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         gc.freeze()
         try:
             server.run()
+        except KeyboardInterrupt:
+            # Ctrl-C is how `make run` is meant to stop: a clean stop, not a failure.
+            print("ETT telemetry stopped", flush=True)
         finally:
             stop.set()
             for thread in background:
@@ -129,7 +139,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="run the API, the aggregator loop and /metrics")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on; 0.0.0.0 for trainers on other machines")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--no-aggregator", action="store_true",
                    help="API-only replica: no aggregation loop, only request metrics")

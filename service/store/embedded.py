@@ -24,6 +24,10 @@ class EmbeddedPostgres:
     data_dir: Path
     _server: object | None = None
 
+    def exists(self) -> bool:
+        """A cluster was initialised here before (PG_VERSION is written by initdb)."""
+        return (self.data_dir / "pg" / "PG_VERSION").is_file()
+
     def start(self) -> str:
         import pgserver  # imported here: only the embedded mode needs it
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from service.errors import Unavailable
+from service.errors import ConfigError, Unavailable
 from service.settings import Settings
 
 from .embedded import EmbeddedPostgres, load_or_create_admin_token
@@ -97,15 +97,40 @@ class Database:
         return f"{kind} at {display_url(self.url)}"
 
 
+class NoDatabase(ConfigError):
+    """A command other than `ett serve` found no database: it never creates one."""
+
+
+def _missing_embedded(settings: Settings) -> NoDatabase:
+    where = settings.data_dir.resolve()
+    return NoDatabase(
+        f"no ETT database at {where} (ETT_DATA_DIR, default ./.ett-data in the current"
+        " directory) and ETT_DATABASE_URL is unset: run this command from the directory where"
+        " `make run` / `ett serve` runs, or set ETT_DATA_DIR=/path/to/.ett-data or"
+        " ETT_DATABASE_URL=postgresql://...; only `ett serve` creates a database"
+    )
+
+
 @contextmanager
-def open_database(settings: Settings, *, pool_size: int | None = None) -> Iterator[Database]:
-    """Connect to ETT_DATABASE_URL, or start the embedded server in ETT_DATA_DIR."""
+def open_database(settings: Settings, *, pool_size: int | None = None,
+                  create: bool = False) -> Iterator[Database]:
+    """Connect to ETT_DATABASE_URL, or start the embedded server in ETT_DATA_DIR.
+
+    Only `ett serve` passes `create=True`: a command run from the wrong directory must say
+    where it looked, not quietly start an empty database with a new admin token.
+    """
     embedded: EmbeddedPostgres | None = None
     token = settings.admin_token_value()
     generated = False
     if settings.database_url:
-        url = settings.database_url
+        try:
+            url = normalize_url(settings.database_url)
+        except (ValueError, ArgumentError) as exc:
+            raise ConfigError(f"ETT_DATABASE_URL: {exc}; expected"
+                              " postgresql://USER:PASSWORD@HOST:5432/DATABASE") from None
     else:
+        if not create and not EmbeddedPostgres(settings.data_dir).exists():
+            raise _missing_embedded(settings)
         embedded = EmbeddedPostgres(settings.data_dir)
         url = embedded.start()
         if token is None:

@@ -32,6 +32,7 @@ from .event import (
     attrs_json,
     validate_event,
 )
+from .rejections import every_error
 
 # What `datetime.fromisoformat` and PostgreSQL's timestamptz input read identically, already
 # in UTC, to the microsecond: stored as sent. Other offsets take the slow path (normalised).
@@ -151,7 +152,8 @@ def validate_batch(
                 event = validate_event(obj, now=now, max_future_s=max_future_s,
                                        max_age_s=max_age_s)
             except WireError as exc:
-                rejected.append({"index": index, "error": str(exc)})
+                rejected.append({"index": index, "error": every_error(
+                    obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s)})
                 continue
             line, job_id, model, team = line_of(event), event.job_id, event.model, event.team
         else:

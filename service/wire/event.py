@@ -1,4 +1,4 @@
-"""Validation of the v1 wire contract (SPEC section 5), one event at a time.
+"""Validation of the v1 wire contract (docs/model.md section 5), one event at a time.
 
 Hand-written rather than a pydantic model per event: ingest validates up to 5000 events
 per request, and every error must name the field the way a client author reads it.

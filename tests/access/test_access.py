@@ -135,7 +135,7 @@ def test_a_reader_may_read_but_not_post_or_aggregate(make_client, db_engine) -> 
         writer = auth(token(db_engine, "writer", "ads", ("ads_*",)))
         r = client.post("/v1/events", json={"events": [event("heartbeat", 1)]}, headers=reader)
         assert r.status_code == 403 and "reader token may not post" in r.json()["detail"]
-        for headers in (reader, writer):  # SPEC section 7: any valid token may read
+        for headers in (reader, writer):  # docs/model.md section 7: any valid token may read
             for path in ("/v1/ett", "/v1/models", "/v1/teams/ads/bill"):
                 assert client.get(path, headers=headers).status_code == 200, path
             assert client.get("/v1/jobs/none", headers=headers).status_code == 404

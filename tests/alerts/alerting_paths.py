@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = ROOT / "deploy" / "slo.yaml"
+SLO_SPEC = ROOT / "deploy" / "slo.yaml"
 TEAMS = ROOT / "deploy" / "teams.yaml"
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 PROM_TESTS_DIR = ROOT / "deploy" / "prometheus" / "tests"

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from alerting_paths import SPEC, TEAMS
+from alerting_paths import SLO_SPEC, TEAMS
 
 from service.cli.alerts import register
 
@@ -21,21 +21,21 @@ def _run(*argv: str) -> int:
 
 def test_rules_writes_one_file_per_slo_and_check_sees_no_difference(tmp_path: Path) -> None:
     out = tmp_path / "rules"
-    assert _run("rules", "--spec", str(SPEC), "--teams", str(TEAMS), "--out-dir", str(out)) == 0
+    assert _run("rules", "--spec", str(SLO_SPEC), "--teams", str(TEAMS), "--out-dir", str(out)) == 0
     assert (out / "fleet-ett.rules.yaml").is_file()
-    assert _run("rules", "--spec", str(SPEC), "--out-dir", str(out), "--check") == 0
+    assert _run("rules", "--spec", str(SLO_SPEC), "--out-dir", str(out), "--check") == 0
     (out / "fleet-ett.rules.yaml").write_text("groups: []\n")
-    assert _run("rules", "--spec", str(SPEC), "--out-dir", str(out), "--check") == 1
+    assert _run("rules", "--spec", str(SLO_SPEC), "--out-dir", str(out), "--check") == 1
 
 
 def test_rules_removes_the_file_of_an_slo_that_left_the_spec(tmp_path: Path) -> None:
     (tmp_path / "old-slo.rules.yaml").write_text("groups: []\n")
-    assert _run("rules", "--spec", str(SPEC), "--out-dir", str(tmp_path)) == 0
+    assert _run("rules", "--spec", str(SLO_SPEC), "--out-dir", str(tmp_path)) == 0
     assert not (tmp_path / "old-slo.rules.yaml").exists()
 
 
 def test_a_bad_spec_exits_1_and_names_the_problem(tmp_path: Path, capsys) -> None:
-    raw = yaml.safe_load(SPEC.read_text())
+    raw = yaml.safe_load(SLO_SPEC.read_text())
     raw["slos"][0]["objective"] = 90
     bad = tmp_path / "slo.yaml"
     bad.write_text(yaml.safe_dump(raw))
@@ -45,7 +45,8 @@ def test_a_bad_spec_exits_1_and_names_the_problem(tmp_path: Path, capsys) -> Non
 
 def test_window_scale_shortens_windows_but_keeps_thresholds(tmp_path: Path) -> None:
     out = tmp_path / "short"
-    assert _run("rules", "--spec", str(SPEC), "--out-dir", str(out), "--window-scale", "0.0166667",
+    assert _run("rules", "--spec", str(SLO_SPEC), "--out-dir", str(out),
+                "--window-scale", "0.0166667",
                 "--min-window", "30s") == 0
     text = (out / "compilation-share.rules.yaml").read_text()
     # 1h -> 1m, 5m -> 30s (floor), 3d -> 72m; the factors 3.36 / 1.4 / 1 are unchanged.
@@ -73,7 +74,8 @@ def test_alertmanager_config_writes_the_header_and_honours_webhook_base(tmp_path
 
 def test_shortened_rules_are_still_valid_prometheus_rules(tmp_path: Path, promtool: str) -> None:
     out = tmp_path / "short"
-    assert _run("rules", "--spec", str(SPEC), "--out-dir", str(out), "--window-scale", "0.0166667",
+    assert _run("rules", "--spec", str(SLO_SPEC), "--out-dir", str(out),
+                "--window-scale", "0.0166667",
                 "--min-window", "30s") == 0
     result = subprocess.run([promtool, "check", "rules", *map(str, sorted(out.iterdir()))],
                             capture_output=True, text=True, timeout=120, check=False)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from alerting_paths import SPEC, TEAMS
+from alerting_paths import SLO_SPEC, TEAMS
 
 from service.slo.load import (
     check_teams_known,
@@ -20,7 +20,7 @@ from service.slo.model import SpecError, derive_windows, format_duration, parse_
 
 
 def _raw() -> dict[str, Any]:
-    return yaml.safe_load(SPEC.read_text())
+    return yaml.safe_load(SLO_SPEC.read_text())
 
 
 def _slo(raw: dict[str, Any], name: str) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def _error(raw: Any) -> str:
 
 
 def test_the_committed_spec_and_teams_file_are_valid_and_agree() -> None:
-    check_teams_known(load_slo_spec(SPEC), load_teams(TEAMS))
+    check_teams_known(load_slo_spec(SLO_SPEC), load_teams(TEAMS))
 
 
 def test_an_objective_written_as_a_percentage_is_rejected_with_a_hint() -> None:
@@ -126,7 +126,7 @@ def test_durations_round_trip() -> None:
 
 
 def _factors(name: str) -> list[float]:
-    spec = load_slo_spec(SPEC)
+    spec = load_slo_spec(SLO_SPEC)
     slo = next(s for s in spec.slos if s.name == name)
     return [w.factor for w in derive_windows(slo, spec)]
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
-COMPONENT = {  # SPEC section 2, the default taxonomy, for the phases the example reports
+COMPONENT = {  # docs/model.md section 2, the default taxonomy, for the phases the example reports
     "process_group_init": "initialization", "checkpoint_load": "initialization",
     "compilation": "compilation", "training": "effective_training",
     "checkpoint_save": "wasted_training", "final_checkpoint": "shutdown", "teardown": "shutdown",
@@ -51,8 +51,9 @@ def launch(service: Any, tmp: Path, job_id: str, **extra: str) -> subprocess.Pop
 
 
 def expected_from_truth(path: Path) -> dict[str, Any]:
-    """The job's numbers from its own log: innermost open phase owns each instant (SPEC 2),
-    training since the last durable snapshot before a failure is lost progress (SPEC 4)."""
+    """The job's numbers from its own log: innermost open phase owns each instant (docs/model.md
+    section 2), training since the last durable snapshot before a failure is lost progress
+    (section 4)."""
     facts = [json.loads(line) for line in path.read_text().splitlines()]
     attempts = sorted({f["attempt"] for f in facts})
     alloc = {k: next(f["t"] for f in facts if f["attempt"] == k and f["what"] == "allocated")
@@ -64,7 +65,7 @@ def expected_from_truth(path: Path) -> dict[str, Any]:
         mine = [f for f in facts if f["attempt"] == k]
         fail = next((f["t"] for f in mine if f["what"] == "failure"), None)
         released = next((f["t"] for f in mine if f["what"] == "released"), None)
-        # Without a release, an attempt ends where the next one starts (SPEC 5).
+        # Without a release, an attempt ends where the next one starts (model.md section 5).
         end = released if released is not None else alloc[k + 1]
         held += end - alloc[k]
         if fail is not None:

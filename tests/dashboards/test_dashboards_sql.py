@@ -38,7 +38,7 @@ NOW = datetime(2026, 11, 29, 17, 0, tzinfo=UTC)
 HOUR = NOW - timedelta(hours=3)
 US_PER_S = 1_000_000
 
-# SPEC section 6's worked example, one 8-GPU job of ads_ctr (team ads).
+# docs/model.md section 6's worked example, one 8-GPU job of ads_ctr (team ads).
 RESULT = {
     "job_id": "ads-ctr-0001", "model": "ads_ctr", "team": "ads", "state": "completed",
     "attempts": [], "held_seconds": 9600.0, "effective_seconds": 5400.0,

@@ -1,4 +1,4 @@
-"""JobResult.to_wire: the SPEC section 7 document."""
+"""JobResult.to_wire: the docs/model.md section 7 document."""
 
 from __future__ import annotations
 

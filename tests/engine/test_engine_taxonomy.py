@@ -1,4 +1,4 @@
-"""Taxonomy: the SPEC default, and validation of configured ones."""
+"""Taxonomy: the default table (docs/model.md section 2), and validation of configured ones."""
 
 from __future__ import annotations
 

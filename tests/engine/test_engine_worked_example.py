@@ -1,4 +1,4 @@
-"""SPEC section 6, the worked example, number by number."""
+"""docs/model.md section 6, the worked example, number by number."""
 
 from __future__ import annotations
 
@@ -122,8 +122,9 @@ def test_the_wire_document_carries_the_same_numbers(example):
 
 
 def test_without_snapshot_ts_the_example_checkpoint_snapshots_at_its_own_instant():
-    # SPEC 4's fallback: the save (50-51) is no longer open at 52, so the snapshot is 52:
-    # lost 52-80 = 28 and effective 91 (docs/model.md, "Where SPEC needed reading").
+    # The fallback of docs/model.md section 4: the save (50-51) is no longer open at 52, so
+    # the snapshot is 52:
+    # lost 52-80 = 28 and effective 91 (docs/model.md section 9, decision 7).
     job = worked_example()
     job.events = [e._replace(attrs={}) if e.type == "checkpoint" else e for e in job.events]
     result = compute(job.events).result

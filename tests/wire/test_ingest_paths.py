@@ -21,6 +21,7 @@ from service.access.auth import Principal
 from service.store.events import COPY_MIN_ROWS, rows_json, store_rows
 from service.wire.batch import line_of, validate_batch
 from service.wire.event import WireError, validate_event
+from service.wire.rejections import every_error
 from tests.factories import event
 
 NOW = datetime(2026, 11, 2, tzinfo=UTC)
@@ -79,7 +80,7 @@ def _reference(raw: list) -> tuple[list, list]:
         try:
             line = line_of(validate_event(obj, now=NOW, **LIMITS))
         except WireError as exc:
-            rejected.append({"index": index, "error": str(exc)})
+            rejected.append({"index": index, "error": every_error(obj, exc, now=NOW, **LIMITS)})
             continue
         if line[:36] not in seen:
             seen.add(line[:36])

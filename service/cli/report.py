@@ -1,0 +1,153 @@
+"""`ett report`: the answers of the read API as tables for a terminal (`--json` for scripts).
+
+It reads the database directly with the same functions the API's read routes use, so a
+table and the matching endpoint always agree: the fleet (`/v1/ett`), `--by team|model`
+(`/v1/ett?group_by=`), `--team T --bill` (`/v1/teams/T/bill`), `--job ID`
+(`/v1/jobs/ID`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+GPU_H = 3600.0
+
+
+def _pct(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{100 * ratio:.1f}%"
+
+
+def _hours(gpu_seconds: float) -> str:
+    return f"{gpu_seconds / GPU_H:,.1f}"
+
+
+def _ett_table(answer: dict[str, Any], title: str, key_name: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name, justify in ((key_name, "left"), ("held GPU-h", "right"), ("ETT", "right"),
+                          ("effective GPU-h", "right"), ("at risk GPU-h", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for g in answer["groups"]:
+        table.add_row(str(g["key"] if g["key"] is not None else "fleet"),
+                      _hours(g["held_gpu_seconds"]), _pct(g["ett_ratio"]),
+                      _hours(g["effective_gpu_seconds"]), _hours(g["at_risk_gpu_seconds"]))
+    return table
+
+
+def _components_table(components: dict[str, float], held: float, unit: str) -> Table:
+    table = Table(title="where the held time went", title_justify="left")
+    table.add_column("component")
+    table.add_column(unit, justify="right")
+    table.add_column("share", justify="right")
+    for name, value in sorted(components.items(), key=lambda kv: -kv[1]):
+        shown = _hours(value) if unit == "GPU-h" else f"{value:,.0f}"
+        table.add_row(name, shown, _pct(value / held if held else None))
+    return table
+
+
+def _bill_tables(bill: dict[str, Any]) -> list[Table]:
+    tables = []
+    for what in ("phase", "model"):
+        table = Table(title=f"by {what}", title_justify="left")
+        table.add_column(what)
+        table.add_column("lost GPU-h", justify="right")
+        for name, hours in bill[f"by_{what}"].items():
+            table.add_row(name, f"{hours:,.1f}")
+        tables.append(table)
+    return tables
+
+
+def _job_tables(job: dict[str, Any]) -> list[Table]:
+    attempts = Table(title="attempts", title_justify="left")
+    for name in ("attempt", "allocated", "released", "gpus", "end cause", "held s", "startup s"):
+        attempts.add_column(name)
+    for a in job["attempts"]:
+        attempts.add_row(str(a["attempt"]), str(a["allocated_at"]), str(a["released_at"] or "-"),
+                         str(a["gpus"]), a["end_cause"], f"{a['held_seconds']:,.0f}",
+                         f"{a['startup_seconds']:,.0f}")
+    l1 = job["level1"]
+    level1 = Table(title="Level 1", title_justify="left")
+    level1.add_column("term")
+    level1.add_column("seconds", justify="right")
+    level1.add_row("effective", f"{job['effective_seconds']:,.0f}")
+    level1.add_row("TTS", f"{l1['tts_seconds']:,.0f}")
+    level1.add_row(f"TTR (NoF {l1['nof']})", f"{sum(l1['ttr_seconds']):,.0f}")
+    level1.add_row("in-loop overhead", f"{l1['in_loop_overhead_seconds']:,.0f}")
+    level1.add_row("final shutdown", f"{l1['final_shutdown_seconds']:,.0f}")
+    return [attempts, _components_table(job["components"], job["held_seconds"], "seconds"),
+            level1]
+
+
+def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list[Any]]:
+    from service.api import read_routes as rr
+    from service.errors import NotFound
+    from service.store import queries as q
+
+    now = datetime.now(UTC)
+    if args.job:
+        with engine.connect() as conn:
+            job = q.job_result(conn, args.job)
+        if job is None:
+            raise NotFound(f"job {args.job!r} is unknown or not aggregated yet"
+                           " (`ett aggregate` runs a pass)")
+        head = (f"job {job['job_id']} ({job['model']}, team {job['team']}): {job['state']},"
+                f" ETT {_pct(job['ett_ratio'])} of {job['held_seconds']:,.0f} held seconds")
+        return job, [head, *_job_tables(job)]
+    default = timedelta(days=7) if args.bill else timedelta(days=1)
+    start, end = rr.parse_window(args.start, args.end, now, default=default)
+    window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+    if args.bill:
+        bill = rr.team_bill(engine, args.team, start, end)
+        head = (f"{args.team} bill: {bill['lost_gpu_hours']:,.1f} lost GPU-hours the team"
+                f" owns, {window}")
+        return bill, [head, *_bill_tables(bill), bill.get("note", "")]
+    group_by = args.by or "none"
+    answer = rr.ett_window(engine, start, end, group_by, args.model, args.team)
+    shown: list[Any] = [_ett_table(answer, f"ETT, {window}", group_by if args.by else "scope")]
+    if not args.by:
+        fleet = answer["groups"][0]
+        shown.append(_components_table(fleet["components"], fleet["held_gpu_seconds"], "GPU-h"))
+    return answer, [*shown, answer.get("note", "")]
+
+
+def _run(args: argparse.Namespace) -> int:
+    from service.store.engine import open_database
+
+    if args.bill and not args.team:
+        print("ett report: --bill needs --team TEAM", file=sys.stderr)
+        return 2
+    with open_database(args.settings, pool_size=1) as db:
+        answer, shown = _answer(args, db.engine)
+    if args.json:
+        print(json.dumps(answer, indent=2, default=str))
+        return 0
+    console = Console()
+    for item in shown:
+        if item:
+            # Sentences are not wrapped (a script may grep them); tables fit the terminal.
+            console.print(item, soft_wrap=isinstance(item, str))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("report", help="ETT tables: fleet, by team or model, a team's"
+                                             " bill, one job")
+    p.add_argument("--by", choices=("team", "model", "component", "owner"), default=None,
+                   help="one row per team, model, component or owner")
+    p.add_argument("--team", default=None, help="only this model team (with --bill: its bill)")
+    p.add_argument("--model", default=None, help="only this model")
+    p.add_argument("--bill", action="store_true",
+                   help="the lost GPU-hours --team owns, by phase and model (last 7 days)")
+    p.add_argument("--job", default=None, metavar="ID", help="one job: attempts, components,"
+                                                             " Level 1")
+    p.add_argument("--start", default=None, help="RFC 3339; default: end minus 1 day (7 for"
+                                                 " --bill)")
+    p.add_argument("--end", default=None, help="RFC 3339; default: now")
+    p.add_argument("--json", action="store_true", help="the API's JSON instead of tables")
+    p.set_defaults(func=_run)
