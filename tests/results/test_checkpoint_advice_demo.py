@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
-import pytest
-
 from service.demo.fleet import CHECKPOINT_EVERY_S, FleetSpec, fleet_events, fleet_models
 from tests.factories import BASE
 
@@ -19,7 +17,6 @@ def test_demo_models_checkpoint_at_different_intervals_and_costs() -> None:
     assert len({m.checkpoint_save_s for m in models}) > 1
 
 
-@pytest.mark.slow
 def test_every_demo_model_gets_advice_or_says_why_not(api) -> None:
     # Failures ten times as often as the default, so most models see enough of them.
     spec = FleetSpec(models=6, seed=18, failure_rate_per_hour=0.15)
