@@ -16,14 +16,16 @@ from .common import SQL, sql, table_panel
 
 def advice_sql(where: str, limit: int | None = None) -> str:
     """One row per model with attempts in the range: its advice, or why there is none."""
+    window = ("started_at >= $__timeFrom()::timestamptz"
+              f" AND started_at < $__timeTo()::timestamptz AND {where}")
+    # The window is scanned twice, not shared through a CTE that PostgreSQL would
+    # materialise whole (arrays included).
     return f"""
-        WITH w AS (
-          SELECT * FROM checkpoint_attempts
-          WHERE started_at >= $__timeFrom()::timestamptz AND started_at < $__timeTo()::timestamptz
-            AND {where}
-        ), med AS (
+        WITH med AS (
           SELECT model, percentile_cont(0.5) WITHIN GROUP (ORDER BY i) / 1e6 AS tau
-          FROM w, unnest(intervals_us) AS i GROUP BY model
+          FROM checkpoint_attempts, unnest(intervals_us) AS i
+          WHERE {window}
+          GROUP BY model
         ), s AS (
           SELECT model, (array_agg(team ORDER BY started_at DESC))[1] AS team,
                  count(*) FILTER (WHERE interrupted) AS n, sum(held_us)::float8 / 1e6 AS held_s,
@@ -32,7 +34,9 @@ def advice_sql(where: str, limit: int | None = None) -> str:
                  coalesce(sum(ttr_us) FILTER (WHERE interrupted), 0)::float8 / 1e6 AS ttr_s,
                  coalesce(sum(lost_progress_us) FILTER (WHERE interrupted), 0)::float8
                    / 1e6 AS lost_s
-          FROM w GROUP BY model
+          FROM checkpoint_attempts
+          WHERE {window}
+          GROUP BY model
         ), p AS (
           SELECT s.*, med.tau,
                  CASE WHEN n < 3 THEN n || ' interruption(s) in the range; at least 3 are needed'

@@ -1,8 +1,8 @@
 """Writing the per-attempt checkpoint facts (table `checkpoint_attempts`) with a job's results.
 
 Called by the aggregator inside the transaction that replaces the job's other rows, so the
-facts advice reads always belong to the results the rest of the service shows. Never
-commits.
+facts advice reads always belong to the results the rest of the service shows. Rows go in
+by COPY, like the job's other rows: a pass rewrites every open job's facts. Never commits.
 """
 
 from __future__ import annotations
@@ -12,15 +12,24 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import Connection, text
 
 from ett_core import JobComputation
-from service.store.results import us_to_dt
+from service.store import copy_text as fmt
 
-_INSERT = text("""
-    INSERT INTO checkpoint_attempts (job_id, attempt, model, team, started_at, gpus, held_us,
-        interrupted, blocking_save_us, durable_checkpoints, intervals_us, lost_progress_us,
-        ttr_us)
-    VALUES (:job_id, :attempt, :model, :team, :started_at, :gpus, :held_us, :interrupted,
-        :blocking_save_us, :durable_checkpoints, :intervals_us, :lost_progress_us, :ttr_us)
-""")
+COLUMNS = ("job_id", "attempt", "model", "team", "started_at", "gpus", "held_us",
+           "interrupted", "blocking_save_us", "durable_checkpoints", "intervals_us",
+           "lost_progress_us", "ttr_us")
+
+
+def fact_lines(job_id: str, comp: JobComputation, ts: fmt.Timestamps) -> list[str]:
+    """The job's rows as COPY text lines."""
+    res = comp.result
+    head = f"{fmt.text(job_id)}\t"
+    labels = f"{fmt.text(res.model)}\t{fmt.text(res.team)}\t"
+    return [
+        f"{head}{c.attempt}\t{labels}{ts(c.start_us)}\t{c.gpus}\t{c.held_us}\t"
+        f"{fmt.boolean(c.interrupted)}\t{c.blocking_save_us}\t{c.durable_checkpoints}\t"
+        f"{{{','.join(map(str, c.intervals_us))}}}\t{c.lost_progress_us}\t{fmt.opt(c.ttr_us)}\n"
+        for c in comp.checkpoints
+    ]
 
 
 def replace_checkpoint_facts(conn: Connection, job_ids: Sequence[str],
@@ -30,18 +39,9 @@ def replace_checkpoint_facts(conn: Connection, job_ids: Sequence[str],
         return
     conn.execute(text("DELETE FROM checkpoint_attempts WHERE job_id = ANY(:ids)"),
                  {"ids": list(job_ids)})
-    rows = []
-    for job_id in job_ids:
-        comp = computed.get(job_id)
-        if comp is None:
-            continue
-        res = comp.result
-        rows.extend({
-            "job_id": job_id, "attempt": c.attempt, "model": res.model, "team": res.team,
-            "started_at": us_to_dt(c.start_us), "gpus": c.gpus, "held_us": c.held_us,
-            "interrupted": c.interrupted, "blocking_save_us": c.blocking_save_us,
-            "durable_checkpoints": c.durable_checkpoints, "intervals_us": list(c.intervals_us),
-            "lost_progress_us": c.lost_progress_us, "ttr_us": c.ttr_us,
-        } for c in comp.checkpoints)
-    if rows:
-        conn.execute(_INSERT, rows)
+    ts = fmt.Timestamps()
+    lines = [line for job_id in job_ids if (comp := computed.get(job_id)) is not None
+             for line in fact_lines(job_id, comp, ts)]
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        fmt.copy_rows(cur, "checkpoint_attempts", COLUMNS, lines)
