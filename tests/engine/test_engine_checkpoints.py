@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from engine_helpers import Job, compute, minutes
+from engine_strategies import streams
+from hypothesis import given, settings
+
+from ett_core import Taxonomy, compute_job
 
 
 def facts_in_minutes(job: Job) -> list[dict[str, object]]:
@@ -57,3 +61,25 @@ def test_an_asynchronous_save_blocks_only_for_its_staging_and_snapshots_at_stagi
     # Blocking 1 + 1 = 2; interval: training 11-40 = 29 (the background upload is training).
     assert facts_in_minutes(job)[0]["save"] == 2
     assert facts_in_minutes(job)[0]["intervals"] == [29]
+
+
+@settings(max_examples=200, deadline=None)
+@given(streams)
+def test_checkpoint_facts_add_up_to_the_jobs_own_figures(stream):
+    events, now_us, timeout_us = stream
+    comp = compute_job(events, taxonomy=Taxonomy.default(), now_us=now_us,
+                       heartbeat_timeout_us=timeout_us)
+    result, facts = comp.result, comp.checkpoints
+    # One fact per attempt, agreeing with the result to the microsecond.
+    assert [c.attempt for c in facts] == [a.attempt for a in result.attempts]
+    assert sum(c.held_us for c in facts) == result.held_us
+    assert sum(c.lost_progress_us for c in facts) == result.phases.get("lost_progress", 0)
+    assert sum(c.blocking_save_us for c in facts) == result.phases.get("checkpoint_save", 0)
+    assert sum(c.interrupted for c in facts) == result.level1.nof
+    assert sum(c.ttr_us or 0 for c in facts) == sum(result.level1.ttr_us)
+    for c in facts:
+        # Intervals are training, so they fit in what the attempt trained (lost included).
+        trained = sum(s.duration_us for s in comp.segments if s.attempt == c.attempt
+                      and s.phase in ("training", "lost_progress"))
+        assert all(i > 0 for i in c.intervals_us) and sum(c.intervals_us) <= trained
+        assert len(c.intervals_us) <= max(0, c.durable_checkpoints - 1)
