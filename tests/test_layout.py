@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "service.metrics", "service.slo", "service.demo"),
     ("service.access",),
     ("service.wire",),
-    ("service.store", "service.results", "service.settings", "service.errors", "service.taxonomy", "service"),
+    ("service.store", "service.results", "service.settings", "service.errors",
+     "service.taxonomy", "service"),
     ("ett_core",),
 )
 FORBIDDEN_NAME_PARTS = ("more", "parts", "misc", "util", "wiring")
