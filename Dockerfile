@@ -23,6 +23,8 @@ COPY migrations ./migrations
 COPY ett_core ./ett_core
 COPY service ./service
 COPY deploy/taxonomy.yaml ./deploy/taxonomy.yaml
+# The console's team pages read the SLO file (ETT_SLO_FILE) for their burn table.
+COPY deploy/slo.yaml ./deploy/slo.yaml
 # Editable on purpose: the service finds migrations/ beside service/, as in a checkout,
 # and /app is copied to the same path below so the install stays valid.
 RUN /opt/ett/bin/pip install --no-deps -e . \

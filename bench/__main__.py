@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import advice, aggregation, engine, ingest, reads, sdk, single
+from . import advice, aggregation, console, engine, ingest, reads, sdk, single
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -19,6 +19,7 @@ BENCHMARKS = {
     "ingest_single": (single, True),
     "aggregation": (aggregation, True),
     "reads": (reads, True),
+    "console": (console, True),
     "advice": (advice, True),
 }
 

@@ -18,6 +18,8 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".ett-data"), description="embedded database and token")
     admin_token: SecretStr | None = None
     taxonomy: Path | None = Field(default=None, description="taxonomy YAML; unset: SPEC table")
+    slo_file: Path = Field(default=Path("deploy/slo.yaml"),
+                           description="SLO file the console reads for its team pages")
     heartbeat_timeout_s: float = Field(default=600.0, gt=0)
 
     aggregate_interval_s: float = Field(default=30.0, gt=0)

@@ -21,6 +21,7 @@ from service import __version__, ingest
 from service.access.auth import Authenticator, PreAuthMiddleware
 from service.access.tokens import TokenStore
 from service.aggregate import Aggregator
+from service.console import routes as console
 from service.errors import EttError
 from service.settings import Settings
 from service.store.ingest_pool import IngestPool
@@ -104,6 +105,9 @@ def create_app(ctx: AppContext) -> FastAPI:
         app.include_router(admin_routes.build_router(ctx.aggregator, ctx.auth))
     for router in ctx.extra_routers:
         app.include_router(router)
+    # The web console under /ui/ (and / redirects there); it reads what /v1/ reads.
+    app.state.console_sessions = console.install(app, ctx.engine, ctx.auth, ctx.clock,
+                                                 s.slo_file)
 
     @app.get("/metrics", summary="Prometheus exposition", include_in_schema=True)
     async def metrics_endpoint(request: Request) -> Response:

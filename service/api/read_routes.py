@@ -105,11 +105,13 @@ def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict
                              exclude_components=[EFFECTIVE])
     by_phase: dict[str, float] = {}
     by_model: dict[str, float] = {}
+    by_component: dict[str, float] = {}
     total = 0
     for row in rows:
         gpu_us = row["settled"] + row["unsettled"]
         total += gpu_us
         by_phase[row["phase"]] = by_phase.get(row["phase"], 0) + gpu_us
+        by_component[row["component"]] = by_component.get(row["component"], 0) + gpu_us
         by_model[row["model"]] = by_model.get(row["model"], 0) + gpu_us
     hours = 3_600_000_000
     return {
@@ -117,6 +119,8 @@ def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict
         "lost_gpu_hours": total / hours,
         "by_phase": {k: v / hours for k, v in sorted(by_phase.items(), key=lambda kv: -kv[1])},
         "by_model": {k: v / hours for k, v in sorted(by_model.items(), key=lambda kv: -kv[1])},
+        "by_component": {k: v / hours
+                         for k, v in sorted(by_component.items(), key=lambda kv: -kv[1])},
     }
 
 
@@ -167,7 +171,8 @@ def build_router(engine: Engine, auth: Authenticator,
         auth.require_reader(request.headers.get("authorization"))
         return await run_in_threadpool(models_overview, engine, clock())
 
-    @router.get("/teams/{team}/bill", summary="A team's lost GPU-hours by phase and by model")
+    @router.get("/teams/{team}/bill",
+                summary="A team's lost GPU-hours by phase, by model and by component")
     async def get_bill(team: str, request: Request, start: str | None = None,
                        end: str | None = None) -> dict[str, Any]:
         auth.require_reader(request.headers.get("authorization"))

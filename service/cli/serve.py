@@ -68,6 +68,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
             print(f"  admin token ({origin}, in {settings.data_dir / 'admin-token'}): "
                   f"{db.admin_token}", flush=True)
         print(f"  aggregator: {'on' if aggregator else 'off (API-only replica)'}", flush=True)
+        print(f"  console: {base}/ui/ (sign in with a token)", flush=True)
         if demo:
             print("  demo fleet: back-filling 2 days, then posting live (ett demo --help)",
                   flush=True)

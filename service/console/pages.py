@@ -1,0 +1,167 @@
+"""The console's pages as a registry: each page is a path, a template and a function that
+returns the template's figures from the read functions the API uses.
+
+Adding a page is one builder and one template, then one `Page` in `PAGES`. The impact and
+checkpoint-advice pages join this way: their builders will call `impact_report(engine,
+...)` and `checkpoint_advice(engine, model, ...)` in `service.results` and return the
+plain dicts those give, with `nav` set for impact (a fleet-wide page) and a link from the
+model page for the advice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ett_core.taxonomy import COMPONENTS
+from service.api.read_routes import ett_window, models_overview, team_bill
+from service.errors import NotFound, Unprocessable
+from service.results import jobs as job_reads
+from service.results.series import component_series
+from service.slo.burn import team_burns
+from service.slo.load import load_slo_spec
+from service.store import queries as q
+
+from .timeline import COLOURS, layout
+
+WINDOWS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+DEFAULT_WINDOW = "7d"
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    engine: Engine
+    now: datetime
+    path: Mapping[str, str]
+    query: Mapping[str, str]
+    slo_spec: Path | None
+
+
+@dataclass(frozen=True)
+class Page:
+    name: str
+    path: str  # under /ui, FastAPI path syntax
+    template: str
+    build: Callable[[PageRequest], dict[str, Any]]
+    nav: bool = False  # listed in the header (pages without parameters)
+
+
+def _window(req: PageRequest) -> tuple[str, datetime, datetime, str]:
+    """The selected window ending now; hourly points up to a week, daily beyond."""
+    name = req.query.get("window", DEFAULT_WINDOW)
+    if name not in WINDOWS:
+        raise Unprocessable(f"window: must be one of {', '.join(WINDOWS)}")
+    span = WINDOWS[name]
+    return name, req.now - span, req.now, "hour" if span <= timedelta(days=7) else "day"
+
+
+def _series(engine: Engine, start: datetime, end: datetime, step: str,
+            **filters: str | None) -> dict[str, Any]:
+    """Chart data: epoch seconds, ETT per step, GPU-hours per component per step."""
+    first = q.floor_hour(start) if step == "hour" else q.floor_day(start)
+    with engine.connect() as conn:
+        rows = component_series(conn, first, end, step, filters)
+    steps: dict[datetime, dict[str, int]] = {}
+    for row in rows:
+        steps.setdefault(row["at"], dict.fromkeys(COMPONENTS, 0))[row["component"]] += row["held"]
+    xs = sorted(steps)
+    ett = []
+    for at in xs:
+        held = sum(steps[at].values())
+        ett.append(steps[at]["effective_training"] / held if held else None)
+    return {"x": [int(at.timestamp()) for at in xs], "ett": ett,
+            "components": {c: [steps[at][c] / 1e6 / HOUR_S for at in xs] for c in COMPONENTS},
+            "colours": COLOURS}
+
+
+def fleet(req: PageRequest) -> dict[str, Any]:
+    name, start, end, step = _window(req)
+    total = ett_window(req.engine, start, end, "none", None, None)["groups"][0]
+    teams = ett_window(req.engine, start, end, "team", None, None)["groups"]
+    owners = ett_window(req.engine, start, end, "owner", None, None)["groups"]
+    for owner in owners:
+        owner["lost_gpu_seconds"] = owner["held_gpu_seconds"] - owner["effective_gpu_seconds"]
+    owners.sort(key=lambda g: -g["lost_gpu_seconds"])
+    return {"window": name, "windows": list(WINDOWS), "start": start, "end": end,
+            "total": total, "teams": teams, "owners": owners,
+            "series": _series(req.engine, start, end, step)}
+
+
+def team(req: PageRequest) -> dict[str, Any]:
+    name, start, end, _step = _window(req)
+    team_name = req.path["team"]
+    models = [m for m in models_overview(req.engine, req.now)["models"]
+              if m["team"] == team_name]
+    bill = team_bill(req.engine, team_name, start, end)
+    slos: list[dict[str, Any]] = []
+    slo_note = None
+    if req.slo_spec is not None and req.slo_spec.is_file():
+        slos = [b.to_dict() for b in team_burns(req.engine, load_slo_spec(req.slo_spec),
+                                                 team_name, req.now)]
+    else:
+        slo_note = f"no SLO file at {req.slo_spec} (ETT_SLO_FILE)"
+    if not models and not bill["by_phase"] and not slos:
+        raise NotFound(f"team {team_name!r} has no models, owns no lost time in this window"
+                       " and owns no SLO")
+    totals = ett_window(req.engine, start, end, "none", None, team_name)["groups"][0]
+    return {"team": team_name, "window": name, "windows": list(WINDOWS), "start": start,
+            "end": end, "models": models, "bill": bill, "slos": slos, "slo_note": slo_note,
+            "total": totals}
+
+
+def _level1(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Level-1 over the jobs: mean TTS, NoF by cause, mean TTR (sum of TTRs / NoF)."""
+    tts = [r["tts_seconds"] for r in rows if r["tts_seconds"] is not None]
+    ttrs = [t for r in rows for t in r["ttr_seconds"]]
+    by_cause = dict.fromkeys(("infra", "user", "preemption", "lost"), 0)
+    for r in rows:
+        for cause in r["ttr_causes"]:
+            by_cause[cause] = by_cause.get(cause, 0) + 1
+    nof = sum(r["nof"] for r in rows)
+    return {"jobs": len(rows), "mean_tts_seconds": sum(tts) / len(tts) if tts else None,
+            "nof": nof, "nof_by_cause": by_cause,
+            "mean_ttr_seconds": sum(ttrs) / nof if nof and ttrs else None}
+
+
+def model(req: PageRequest) -> dict[str, Any]:
+    name, start, end, step = _window(req)
+    model_name = req.path["model"]
+    with req.engine.connect() as conn:
+        recent = job_reads.recent_jobs(conn, model_name)
+        level1 = _level1(job_reads.level1_rows(conn, model_name, start))
+    if not recent:
+        raise NotFound(f"model {model_name!r} has no jobs")
+    total = ett_window(req.engine, start, end, "none", model_name, None)["groups"][0]
+    return {"model": model_name, "team": recent[0]["team"], "window": name,
+            "windows": list(WINDOWS), "start": start, "end": end, "total": total,
+            "level1": level1, "jobs": recent,
+            "series": _series(req.engine, start, end, step, model=model_name)}
+
+
+def job(req: PageRequest) -> dict[str, Any]:
+    job_id = req.path["job_id"]
+    with req.engine.connect() as conn:
+        result = q.job_result(conn, job_id)
+        if result is None:
+            if q.job_has_events(conn, job_id):
+                raise NotFound(f"job {job_id!r} has events but no result yet: the aggregator"
+                               " has not run since they arrived")
+            raise NotFound(f"job {job_id!r} is unknown")
+        segments = job_reads.job_segments(conn, job_id)
+        marks = job_reads.job_marks(conn, job_id)
+    return {"job": result, "timeline": layout(result["attempts"], segments, marks)}
+
+
+PAGES: tuple[Page, ...] = (
+    Page("Fleet", "/", "fleet.html", fleet, nav=True),
+    Page("Team", "/teams/{team}", "team.html", team),
+    Page("Model", "/models/{model}", "model.html", model),
+    Page("Job", "/jobs/{job_id}", "job.html", job),
+    # Impact (nav=True) and checkpoint advice (/models/{model}/checkpoints) go here.
+)

@@ -1,0 +1,156 @@
+"""The console's HTTP side: sign-in and sign-out, the job search, static files, and one
+GET route per registered page (service.console.pages.PAGES)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
+
+from service.access.auth import Authenticator, Principal
+from service.errors import EttError
+
+from . import formats
+from .pages import PAGES, Page, PageRequest
+from .session import COOKIE, IDLE_S, Sessions
+
+HERE = Path(__file__).resolve().parent
+PREFIX = "/ui"
+# Everything the pages load is served from here; inline scripts never run.
+CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
+       " form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"),
+                      autoescape=select_autoescape(("html",)), trim_blocks=True,
+                      lstrip_blocks=True)
+    env.filters.update(formats.FILTERS)
+    env.globals["nav"] = [p for p in PAGES if p.nav]
+    env.globals["prefix"] = PREFIX
+    return env
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a console path: a sign-in link must not send anyone to another site."""
+    if target and target.startswith(PREFIX + "/") and not target.startswith("//"):
+        return target
+    return PREFIX + "/"
+
+
+def install(app: FastAPI, engine: Engine, auth: Authenticator,
+            clock: Callable[[], datetime], slo_spec: Path | None) -> Sessions:
+    env = _environment()
+    sessions = Sessions(auth)
+
+    def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(**context)
+        return HTMLResponse(html, status_code=status, headers={
+            "Content-Security-Policy": CSP, "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff"})
+
+    def to_login(request: Request) -> Response:
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        if request.headers.get("sec-fetch-site") == "cross-site":
+            # A link from elsewhere (an alert in a chat, a runbook) arrives without the
+            # SameSite=Strict cookie even when signed in. Load the page once more from
+            # here: that navigation is same-site, so the cookie comes along if there is one.
+            return render("bounce.html", here=here, user=None)
+        return RedirectResponse(f"{PREFIX}/login?next={quote(here, safe='')}", status_code=303)
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse(PREFIX + "/", status_code=307)
+
+    @app.get(PREFIX, include_in_schema=False)
+    async def bare() -> RedirectResponse:
+        return RedirectResponse(PREFIX + "/", status_code=307)
+
+    @app.get(PREFIX + "/login", include_in_schema=False)
+    async def login_form(request: Request) -> Response:
+        if await sessions.current(request) is not None:
+            return RedirectResponse(_safe_next(request.query_params.get("next")),
+                                    status_code=303)
+        return render("login.html", next=_safe_next(request.query_params.get("next")),
+                      message=None, user=None)
+
+    @app.post(PREFIX + "/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        token = str(form.get("token") or "").strip()
+        target = _safe_next(str(form.get("next") or ""))
+        # The form comes back with its message; a 401 document would only add a browser
+        # console error to a page that works as meant. A store that cannot tell is a 503.
+        message, status = "Enter a token.", 200
+        principal: Principal | None = None
+        if token:
+            try:
+                principal = await sessions.principal_for(token)
+            except EttError as exc:
+                if exc.status_code == 401:
+                    message = "That token is not valid (unknown or revoked)."
+                else:
+                    message, status = f"Cannot sign in now: {exc.message}", exc.status_code
+        if principal is None:
+            return render("login.html", status=status, next=target, message=message, user=None)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, sessions.open(token), max_age=int(IDLE_S), path=PREFIX,
+                            httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
+        return response
+
+    @app.post(PREFIX + "/logout", include_in_schema=False)
+    async def logout(request: Request) -> RedirectResponse:
+        sessions.close(request.cookies.get(COOKIE))
+        response = RedirectResponse(PREFIX + "/login", status_code=303)
+        response.delete_cookie(COOKIE, path=PREFIX)
+        return response
+
+    @app.get(PREFIX + "/search", include_in_schema=False)
+    async def search(request: Request) -> Response:
+        if await sessions.current(request) is None:
+            return to_login(request)
+        job_id = request.query_params.get("job_id", "").strip()
+        if not job_id:
+            return RedirectResponse(PREFIX + "/", status_code=303)
+        return RedirectResponse(f"{PREFIX}/jobs/{quote(job_id, safe='')}", status_code=303)
+
+    def add_page(page: Page) -> None:
+        async def show(request: Request) -> Response:
+            try:
+                user = await sessions.current(request)
+            except EttError as exc:
+                return render("error.html", status=exc.status_code, message=exc.message,
+                              user=None)
+            if user is None:
+                return to_login(request)
+            if any("\x00" in v for v in (*request.path_params.values(),
+                                         *request.query_params.values())):
+                return render("error.html", status=422, user=user,
+                              message="a parameter contains the character U+0000")
+            req = PageRequest(engine=engine, now=clock(), path=dict(request.path_params),
+                              query=dict(request.query_params), slo_spec=slo_spec)
+            try:
+                figures = await run_in_threadpool(page.build, req)
+            except EttError as exc:
+                return render("error.html", status=exc.status_code, message=exc.message,
+                              user=user)
+            return render(page.template, page=page, user=user, query=req.query, **figures)
+
+        show.__name__ = f"console_{page.template.removesuffix('.html')}"
+        app.add_api_route(PREFIX + page.path, show, methods=["GET"], include_in_schema=False,
+                          response_class=HTMLResponse)
+
+    for page in PAGES:
+        add_page(page)
+    app.mount(PREFIX + "/static", StaticFiles(directory=HERE / "static"), name="console-static")
+    return sessions
