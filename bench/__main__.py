@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import advice, aggregation, console, engine, ingest, reads, sdk, single
+from . import advice, aggregation, console, engine, ingest, otlp, reads, sdk, single
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -20,6 +20,7 @@ BENCHMARKS = {
     "aggregation": (aggregation, True),
     "reads": (reads, True),
     "console": (console, True),
+    "otlp": (otlp, False),
     "advice": (advice, True),
 }
 

@@ -18,5 +18,6 @@ fi
 "$VENV/bin/python" -m pip install -q -e '.[test]'
 # The client SDK with its PyTorch helpers. torch is pinned for the tests: 2.13.0 has a CPU
 # build small enough to install anywhere (the real-trainer tests run it on the CPU), and an
-# unpinned torch would pull a multi-gigabyte CUDA build.
-"$VENV/bin/python" -m pip install -q -e ./client torch==2.13.0 numpy
+# unpinned torch would pull a multi-gigabyte CUDA build. The trainer extras (Lightning,
+# Hugging Face) are installed in the same command, so the pin holds for their dependencies.
+"$VENV/bin/python" -m pip install -q -e './client[lightning,transformers]' torch==2.13.0 numpy

@@ -19,7 +19,10 @@ from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, 
 from service.store.engine import db_unavailable
 from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
-from service.wire.batch import validate_batch
+from service.wire import otlp
+from service.wire.batch import ValidatedBatch, WriteScope, validate_batch
+from service.wire.span_mapping import SpanMapping
+from service.wire.spans import events_of
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +146,36 @@ def build_router(
     on_outcome: Callable[[BatchOutcome], None] | None = None,
     owner_of: Callable[[str], str | None] = lambda _model: None,
     pool: IngestPool | None = None,
+    span_mapping: SpanMapping | None = None,
 ) -> APIRouter:
-    """The ingest route. With `pool` (what `ett serve` passes) batches are stored on the
-    event loop; without it through `engine`, in a worker thread."""
+    """The ingest routes (`/v1/events`, and `/v1/traces` for OTLP spans). With `pool` (what
+    `ett serve` passes) batches are stored on the event loop; without it through `engine`,
+    in a worker thread."""
     router = APIRouter()
     in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes)
+    mapping = span_mapping or SpanMapping()
+
+    def validated(raw: list[Any], principal: WriteScope) -> ValidatedBatch:
+        batch = validate_batch(raw, principal, now=clock(), max_future_s=limits.max_future_s,
+                               max_age_s=limits.max_age_s, owner_of=owner_of)
+        if not batch.lines and batch.forbidden:
+            raise Forbidden(_forbidden_summary(batch.forbidden))
+        return batch
+
+    async def stored(batch: ValidatedBatch) -> int:
+        """Store a validated batch; how many of its events were new."""
+        if pool is not None:
+            return await pool.store(batch.lines, batch.jobs)
+        if batch.lines:
+            return await run_in_threadpool(store, engine, batch.lines, batch.jobs,
+                                           limits.statement_timeout_ms)
+        return 0
+
+    def report(outcome: BatchOutcome, principal_id: str, route: str) -> None:
+        log.debug("%s batch: accepted=%d duplicates=%d rejected=%d token=%s", route,
+                  outcome.accepted, outcome.duplicates, len(outcome.rejected), principal_id)
+        if on_outcome is not None:
+            on_outcome(outcome)
 
     @router.post(
         "/v1/events",
@@ -174,21 +202,10 @@ def build_router(
 
         try:
             # No name keeps the body or the parsed batch alive past validation.
-            batch = validate_batch(
+            batch = validated(
                 parse_batch(await read_limited_body(request, limits.max_body_bytes, charge),
-                            limits.max_batch_events),
-                principal, now=clock(), max_future_s=limits.max_future_s,
-                max_age_s=limits.max_age_s, owner_of=owner_of,
-            )
-            if not batch.lines and batch.forbidden:
-                raise Forbidden(_forbidden_summary(batch.forbidden))
-            if pool is not None:
-                inserted = await pool.store(batch.lines, batch.jobs)
-            elif batch.lines:
-                inserted = await run_in_threadpool(store, engine, batch.lines, batch.jobs,
-                                                   limits.statement_timeout_ms)
-            else:
-                inserted = 0
+                            limits.max_batch_events), principal)
+            inserted = await stored(batch)
         finally:
             in_flight.release(charged)
         outcome = BatchOutcome(
@@ -196,16 +213,74 @@ def build_router(
             duplicates=len(batch.lines) - inserted + batch.in_batch_duplicates,
             rejected=batch.rejected,
         )
-        log.debug(
-            "ingest batch: accepted=%d duplicates=%d rejected=%d token=%s",
-            outcome.accepted, outcome.duplicates, len(batch.rejected), principal.token_id,
-        )
-        if on_outcome is not None:
-            on_outcome(outcome)
+        report(outcome, principal.token_id, "ingest")
         return Response(orjson.dumps(outcome.to_wire()), status_code=202,
                         media_type="application/json")
 
+    @router.post(
+        "/v1/traces",
+        summary="Ingest OTLP/HTTP trace spans (protobuf or JSON) as events",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {otlp.PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                            otlp.JSON: {"schema": {"type": "object"}}},
+            }
+        },
+    )
+    async def post_traces(request: Request) -> Response:
+        principal = auth.authenticate(request.headers.get("authorization"))
+        if principal.role == "reader":
+            raise Forbidden("a reader token may not post spans")
+        media = otlp.media_type_of(request.headers.get("content-type"))
+        in_flight.admit()
+        charged = 0
+
+        def charge(n: int) -> None:
+            nonlocal charged
+            in_flight.charge(n)
+            charged += n
+
+        try:
+            body = otlp.decoded_body(
+                await read_limited_body(request, limits.max_body_bytes, charge),
+                request.headers.get("content-encoding"), limits.max_body_bytes)
+            mapped = events_of(otlp.spans_of(otlp.parse_request(body, media)), mapping)
+            del body
+            if len(mapped.events) > limits.max_batch_events:
+                raise PayloadTooLarge(f"the spans make {len(mapped.events)} events, more than"
+                                      f" the limit of {limits.max_batch_events}; send fewer"
+                                      " spans per request")
+            batch = validated([event for _, event in mapped.events], principal)
+            inserted = await stored(batch)
+        finally:
+            in_flight.release(charged)
+        # A span is rejected when any of its events is: its other events may be stored,
+        # and a corrected re-send stores the rest (the stored ones are duplicates).
+        span_errors = dict(mapped.rejected)
+        for item in batch.rejected:
+            span_errors.setdefault(mapped.events[item["index"]][0], item["error"])
+        outcome = BatchOutcome(
+            accepted=inserted,
+            duplicates=len(batch.lines) - inserted + batch.in_batch_duplicates,
+            rejected=[{"index": i, "error": e} for i, e in sorted(span_errors.items())],
+        )
+        report(outcome, principal.token_id, "otlp")
+        return Response(otlp.response_body(media, len(span_errors),
+                                           _span_message(span_errors, mapped.ignored)),
+                        status_code=200, media_type=media)
+
     return router
+
+
+def _span_message(span_errors: dict[int, str], ignored: int) -> str:
+    """partialSuccess.errorMessage: the first rejections by span index, and ignored spans."""
+    parts = [f"span {i}: {e}" for i, e in sorted(span_errors.items())[:5]]
+    if len(span_errors) > 5:
+        parts.append(f"and {len(span_errors) - 5} more rejected spans")
+    if ignored:
+        parts.append(f"{ignored} spans matched no mapping rule and were ignored")
+    return "; ".join(parts)
 
 
 def _forbidden_summary(errors: list[str]) -> str:

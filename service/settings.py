@@ -20,6 +20,8 @@ class Settings(BaseSettings):
     taxonomy: Path | None = Field(default=None, description="taxonomy YAML; unset: SPEC table")
     slo_file: Path = Field(default=Path("deploy/slo.yaml"),
                            description="SLO file the console reads for its team pages")
+    otlp_mapping: Path | None = Field(
+        default=None, description="OTLP span mapping YAML (docs/otlp.md); unset: the defaults")
     heartbeat_timeout_s: float = Field(default=600.0, gt=0)
 
     aggregate_interval_s: float = Field(default=30.0, gt=0)

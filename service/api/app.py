@@ -27,6 +27,7 @@ from service.settings import Settings
 from service.store.ingest_pool import IngestPool
 from service.taxonomy import taxonomy_from
 from service.wire.schema import openapi_components
+from service.wire.span_mapping import load_mapping
 
 from . import admin_routes, advice_routes, health, read_routes
 from .request_metrics import HttpMetrics, MetricsMiddleware
@@ -96,6 +97,7 @@ def create_app(ctx: AppContext) -> FastAPI:
             on_outcome=lambda o: metrics.count_batch(o.accepted, o.duplicates, len(o.rejected)),
             owner_of=taxonomy.team_of_model,
             pool=ctx.ingest_pool,
+            span_mapping=load_mapping(s.otlp_mapping),
         )
     )
     app.include_router(health.build_router(ctx.engine))

@@ -1,0 +1,118 @@
+"""What every trainer callback records, whatever the framework calls its hooks.
+
+An attempt's life under a trainer is always the same: allocated, then initialization until
+the first batch, then training (with validation and checkpoint saves nested inside it,
+which the service's innermost-phase rule attributes to them), then a release or a
+failure. The framework callbacks only decide *when* each step happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from ett_client.recorder import Recorder
+
+INITIALIZATION = "pre_train"
+TRAINING = "training"
+VALIDATION = "validation"
+CHECKPOINT_SAVE = "checkpoint_save"
+
+
+class TrainerTimeline:
+    """Phase bookkeeping for one attempt; every call is a cheap no-op once finished."""
+
+    def __init__(self, recorder: Recorder, heartbeat_s: float = 60.0,
+                 failure_cause: str = "user") -> None:
+        self.recorder = recorder
+        self.heartbeat_s = heartbeat_s
+        self.failure_cause = failure_cause
+        self._open: list[str] = []
+        self._started = False
+        self._training = False
+        self._finished = False
+        self._last_beat = time.monotonic()
+
+    @property
+    def training(self) -> bool:
+        return self._training
+
+    def begin(self, gpus: int | None) -> None:
+        """The attempt holds its accelerators; initialization runs until the first batch."""
+        if self._started:
+            return
+        self._started = True
+        self.recorder.allocated(gpus=gpus)
+        self.enter(INITIALIZATION)
+
+    def enter(self, name: str) -> None:
+        if self._finished:
+            return
+        self.recorder.start_phase(name)
+        self._open.append(name)
+
+    def leave(self, name: str) -> None:
+        if self._finished or name not in self._open:
+            return
+        # Close what opened inside it first, so the phases stay nested on the wire.
+        while self._open:
+            inner = self._open.pop()
+            self.recorder.end_phase(inner)
+            if inner == name:
+                break
+
+    def step(self, step: int | None = None) -> None:
+        """A training step begins: the first one ends initialization."""
+        if not self._training and self._started and not self._finished:
+            self.leave(INITIALIZATION)
+            self.enter(TRAINING)
+            self._training = True
+        now = time.monotonic()
+        if now - self._last_beat >= self.heartbeat_s:
+            self._last_beat = now
+            self.recorder.heartbeat(step=step)
+
+    @contextlib.contextmanager
+    def checkpoint_save(self, *, background: bool = False, durable: bool = True,
+                        snapshot: float | None = None) -> Iterator[None]:
+        """Around one save: the `checkpoint_save` phase and, if `durable`, a checkpoint at
+        its end whose snapshot is `snapshot`, else the save's start (the state written is
+        the one the save began from). A save that raises records no checkpoint."""
+        if self._finished:
+            yield
+            return
+        snapshot = self.recorder.now() if snapshot is None else snapshot
+        self.recorder.start_phase(CHECKPOINT_SAVE, background=background)
+        try:
+            yield
+        finally:
+            self.recorder.end_phase(CHECKPOINT_SAVE)
+        if durable:
+            self.recorder.checkpoint(snapshot_ts=snapshot)
+
+    def fail(self, exc: BaseException) -> None:
+        """The attempt's work ended with `exc` (cause `failure_cause`: an exception out of the
+        training code is the job's own, `user`, unless the caller knows better); Ctrl-C is a
+        cancel, not an interruption."""
+        if self._finished or not self._started:
+            return
+        if isinstance(exc, KeyboardInterrupt):
+            self.finish("cancelled")
+            return
+        self.leave_all()
+        self.recorder.failure(cause=self.failure_cause, reason=f"{type(exc).__name__}: {exc}")
+        self.finish("failed")
+
+    def leave_all(self) -> None:
+        while self._open:
+            self.recorder.end_phase(self._open.pop())
+
+    def finish(self, reason: str = "completed") -> None:
+        """Close every phase and release the accelerators (once), then flush."""
+        if self._finished or not self._started:
+            return
+        self.leave_all()
+        self.recorder.released(reason=reason)
+        self._finished = True
+        self.recorder.flush()

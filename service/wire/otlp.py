@@ -1,0 +1,176 @@
+"""OTLP/HTTP trace bodies: from the bytes of `POST /v1/traces` to plain span records.
+
+Decoding uses the official `opentelemetry-proto` messages, so protobuf bodies are read
+exactly as every OpenTelemetry exporter writes them. OTLP JSON differs from protobuf's own
+JSON mapping in one way that matters here: trace and span ids are hex strings, not base64
+(OTLP specification, "JSON Protobuf Encoding"), so they are rewritten before `json_format`
+parses the document; unknown fields are ignored, as the specification asks of receivers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import zlib
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
+
+from service.errors import BadRequest, EttError, PayloadTooLarge
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId", "trace_id", "span_id",
+                        "parent_span_id"})
+
+
+class UnsupportedMediaType(EttError):
+    status_code = 415
+
+
+class SpanRecord(NamedTuple):
+    """One span with what the mapping reads: ids in hex, times in epoch nanoseconds."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    error: bool
+    status_message: str
+    # Resource attributes overlaid by span attributes (span attributes win).
+    attributes: dict[str, Any]
+
+
+def media_type_of(content_type: str | None) -> str:
+    """The body's media type, or 415 naming what is accepted."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in (PROTOBUF, JSON):
+        raise UnsupportedMediaType(
+            f"Content-Type {content_type or '(none)'!r} is not supported; send {PROTOBUF}"
+            f" or {JSON}")
+    return media
+
+
+def decoded_body(body: bytes | bytearray, content_encoding: str | None, limit: int) -> bytes:
+    """The body after its Content-Encoding (identity or gzip), refused past `limit` bytes.
+
+    The one place this endpoint handles encodings and sizes, so a shared streaming reader
+    can replace it whole. The decompressed size is bounded too: a small gzip bomb must not
+    grow into gigabytes in memory.
+    """
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding == "identity":
+        return bytes(body)
+    if encoding != "gzip":
+        raise UnsupportedMediaType(
+            f"Content-Encoding {content_encoding!r} is not supported; send gzip or identity")
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(bytes(body), limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(f"body is not valid gzip: {exc}") from None
+    if len(out) > limit:
+        raise PayloadTooLarge(f"decompressed body exceeds the limit of {limit} bytes")
+    if not inflater.eof:
+        raise BadRequest("body is not valid gzip: the stream is truncated")
+    return out
+
+
+def _hex_ids_to_base64(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {key: (_id_to_base64(key, value) if key in _ID_FIELDS
+                      else _hex_ids_to_base64(value))
+                for key, value in node.items()}
+    if isinstance(node, list):
+        return [_hex_ids_to_base64(item) for item in node]
+    return node
+
+
+def _id_to_base64(key: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return base64.b64encode(bytes.fromhex(value)).decode()
+    except ValueError:
+        raise BadRequest(f"{key}: {value[:40]!r} is not a hex id") from None
+
+
+def parse_request(body: bytes, media_type: str) -> ExportTraceServiceRequest:
+    """The export request, or 400 naming what is wrong with the body."""
+    request = ExportTraceServiceRequest()
+    if media_type == PROTOBUF:
+        try:
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise BadRequest(f"body is not an OTLP ExportTraceServiceRequest: {exc}") from None
+        return request
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequest('body must be a JSON object {"resourceSpans": [...]}')
+    try:
+        json_format.ParseDict(_hex_ids_to_base64(doc), request, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise BadRequest(f"body is not an OTLP ExportTraceServiceRequest: {exc}") from None
+    return request
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return binascii.hexlify(value.bytes_value).decode()
+    return getattr(value, kind)
+
+
+def _attributes(pairs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    pair: KeyValue
+    for pair in pairs:
+        out[pair.key] = _value(pair.value)
+    return out
+
+
+def spans_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
+    """Every span of the request in body order, with its resource's attributes merged in."""
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                yield SpanRecord(
+                    trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
+                    parent_span_id=span.parent_span_id.hex(), name=span.name,
+                    start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
+                    error=span.status.code == Status.STATUS_CODE_ERROR,
+                    status_message=span.status.message,
+                    attributes={**resource, **_attributes(span.attributes)},
+                )
+
+
+def response_body(media_type: str, rejected_spans: int, error_message: str) -> bytes:
+    """ExportTraceServiceResponse in the request's encoding; partial success only if any."""
+    response = ExportTraceServiceResponse()
+    if rejected_spans or error_message:
+        response.partial_success.rejected_spans = rejected_spans
+        response.partial_success.error_message = error_message
+    if media_type == PROTOBUF:
+        return response.SerializeToString()
+    return orjson.dumps(json_format.MessageToDict(response))

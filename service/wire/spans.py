@@ -1,0 +1,112 @@
+"""Spans -> v1 events: what `POST /v1/traces` stores, through the same validation as
+`POST /v1/events`.
+
+Each event id is a UUID derived from the span's trace id, span id and the event's role in
+it, so an exporter that re-sends a span (OTLP exporters retry whole batches) produces the
+same ids, and the store counts them as duplicates.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .otlp import SpanRecord
+from .span_mapping import SpanMapping
+
+# Fixed for ever: changing it would make re-sent spans look new.
+_NAMESPACE = uuid.UUID("6d1f0f5e-3c1b-5b7e-9a51-0e7d2f1c9a20")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class SpanEvents:
+    # (index of the span in the request, event in wire form), in span order.
+    events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    # (index of the span, error) for spans refused before any event was made.
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+    # Spans no rule maps (a trace may hold much more than training phases).
+    ignored: int = 0
+
+
+def event_id(trace_id: str, span_id: str, role: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"{trace_id}:{span_id}:{role}"))
+
+
+def rfc3339(unix_ns: int) -> str:
+    # Whole microseconds: the wire's (and the engine's) resolution.
+    return (_EPOCH + timedelta(microseconds=unix_ns // 1000)).isoformat()
+
+
+def _int_attr(value: Any) -> Any:
+    """OTLP attributes are often strings (resource attributes from the environment)."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
+def _span_label(span: SpanRecord) -> str:
+    return f"span {span.name!r} ({span.span_id or 'no span id'})"
+
+
+def events_of(spans: Iterable[SpanRecord], mapping: SpanMapping) -> SpanEvents:
+    """The events each mapped span stands for (validation of their fields comes after)."""
+    out = SpanEvents()
+    for index, span in enumerate(spans):
+        rule = mapping.rule_for(span.name, mapping.value(span.attributes, "phase"))
+        if rule is None:
+            out.ignored += 1
+            continue
+        attrs = span.attributes
+        job_id, model = mapping.value(attrs, "job_id"), mapping.value(attrs, "model")
+        missing = [f"{name} (attribute {' or '.join(mapping.attributes[name])})"
+                   for name, value in (("job_id", job_id), ("model", model)) if value is None]
+        if missing:
+            out.rejected.append((index, f"{_span_label(span)}: no {', no '.join(missing)}"))
+            continue
+        if not span.trace_id or not span.span_id:
+            out.rejected.append((index, f"{_span_label(span)}: traceId and spanId are required"))
+            continue
+        if span.end_ns < span.start_ns or span.start_ns == 0:
+            out.rejected.append((index, f"{_span_label(span)}: endTimeUnixNano must not be before"
+                                        " startTimeUnixNano, and both must be set"))
+            continue
+        attempt = _int_attr(mapping.value(attrs, "attempt"))
+        base: dict[str, Any] = {
+            "job_id": job_id, "model": model,
+            "attempt": mapping.default_attempt if attempt is None else attempt,
+        }
+        for name in ("team", "rank"):
+            value = mapping.value(attrs, name)
+            if value is not None:
+                base[name] = _int_attr(value) if name == "rank" else value
+        start, end = rfc3339(span.start_ns), rfc3339(span.end_ns)
+
+        def add(role: str, ts: str, etype: str, extra: dict[str, Any] | None = None,
+                index: int = index, span: SpanRecord = span, base: dict[str, Any] = base
+                ) -> None:
+            out.events.append((index, {"event_id": event_id(span.trace_id, span.span_id, role),
+                                       "ts": ts, "type": etype, **base, **(extra or {})}))
+
+        failure = {"cause": mapping.value(attrs, "cause") or "infra"}
+        if span.status_message:
+            failure["reason"] = span.status_message[:500]
+        if rule.attempt:
+            gpus = _int_attr(mapping.value(attrs, "gpus"))
+            add("allocated", start, "allocated", {} if gpus is None else {"gpus": gpus})
+            if span.error:
+                add("failure", end, "failure", {"attrs": failure})
+            add("released", end, "released",
+                {"attrs": {"reason": "failed" if span.error else "completed"}})
+            continue
+        add("start", start, "phase_start",
+            {"phase": rule.phase, **({"attrs": {"background": True}} if rule.background else {})})
+        add("end", end, "phase_end", {"phase": rule.phase})
+        if rule.checkpoint and not span.error:
+            add("checkpoint", end, "checkpoint", {"attrs": {"snapshot_ts": start}})
+        if span.error:
+            add("failure", end, "failure", {"attrs": failure})
+    return out
