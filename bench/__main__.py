@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import aggregation, console, engine, ingest, otlp, reads, sdk, single
+from . import advice, aggregation, console, engine, ingest, otlp, reads, sdk, single
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -21,6 +21,7 @@ BENCHMARKS = {
     "reads": (reads, True),
     "console": (console, True),
     "otlp": (otlp, False),
+    "advice": (advice, True),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dash_m
 
+from .checkpoint_panels import fleet_panel as checkpoint_advice_panel
 from .common import (
     GPU_HOURS,
     RATIO,
@@ -176,6 +177,7 @@ def _history() -> list[PanelBuilder]:
                 ORDER BY 4 DESC NULLS LAST
                 LIMIT 20""")],
             w=12, h=8),
+        checkpoint_advice_panel(),
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dash_m
 
+from .checkpoint_panels import model_panel as checkpoint_advice_panel
 from .common import (
     GPU_HOURS,
     RATIO,
@@ -170,6 +171,7 @@ def _history() -> list[PanelBuilder]:
             "Recent jobs",
             "The 50 most recent jobs of $model in the range: attempts, end causes, ETT.",
             [sql(RECENT_JOBS_SQL)], w=24, h=10),
+        checkpoint_advice_panel(),
     ]
 
 

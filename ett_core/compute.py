@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ett_core.attempts import AttemptFrame, build_frames
+from ett_core.checkpoints import AttemptCheckpoints, attempt_checkpoints
 from ett_core.diagnostics import DiagnosticsBuilder
 from ett_core.events import NO_ATTRS, TYPE_RANK, Event, order_events
 from ett_core.instants import MAX_TS_US, MIN_TS_US
@@ -27,6 +28,8 @@ from ett_core.timeline import partition
 class JobComputation:
     result: JobResult
     segments: tuple[Segment, ...]
+    # Per attempt, what checkpoint advice needs (ett_core.checkpoints).
+    checkpoints: tuple[AttemptCheckpoints, ...] = ()
 
 
 _PHASE_TYPES = frozenset(("phase_start", "phase_end"))
@@ -106,15 +109,22 @@ def compute_job(
     segments: list[Segment] = []
     attempts: list[AttemptResult] = []
     terms = []
+    labelled = []
     for frame in frames:
         timeline = partition(frame, taxonomy, diag)
         pieces = label(frame, timeline, progress_of(frame, timeline, diag), taxonomy, team)
+        labelled.append((timeline, pieces))
         own_terms = attempt_terms(frame, timeline, pieces)
         terms.append(own_terms)
         attempt_segments = to_segments(frame.attempt, frame.gpus, pieces)
         segments.extend(attempt_segments)
         attempts.append(_attempt_result(frame, own_terms.startup_us, attempt_segments))
     level1 = combine(frames, terms)
+    ttr_by_attempt = dict(zip(level1.ttr_attempts, level1.ttr_us, strict=True))
+    checkpoints = tuple(
+        attempt_checkpoints(frame, timeline, pieces, ttr_by_attempt)
+        for frame, (timeline, pieces) in zip(frames, labelled, strict=True)
+    )
 
     components = dict.fromkeys(COMPONENTS, 0)
     phases: dict[str, int] = defaultdict(int)
@@ -143,7 +153,7 @@ def compute_job(
         level1=level1,
         diagnostics=diag.freeze(),
     )
-    return JobComputation(result=result, segments=tuple(segments))
+    return JobComputation(result=result, segments=tuple(segments), checkpoints=checkpoints)
 
 
 def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment]) -> AttemptResult:

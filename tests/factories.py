@@ -56,3 +56,25 @@ def spec_example(job_id: str = "job-1", model: str = "model-a",
         e("phase_end", 163, attempt=1, phase="model_publish"),
         e("released", 163, attempt=1, attrs={"reason": "completed"}),
     ]
+
+
+def interrupted_job(job_id: str, model: str, base_min: float) -> list[dict]:
+    """Two attempts, worked by hand (minutes from base_min):
+    attempt 0: train 0-60 with saves 10-11, 21-22 and 32-33 (durable at their ends, the
+    snapshot at their starts); fails at 40, released 42. Lost: training 33-40 = 7.
+    attempt 1: allocated 45, launcher_init 45-48, trains 48-58, completes at 58.
+    Held 42 + 13 = 55; blocking saves 3; intervals 11-21 = 10 and 22-32 = 10;
+    TTR = 7 lost + 2 after F + 3 startup = 12, so R = 12 - 7 = 5."""
+    def e(kind, m, attempt=0, **kw):
+        return event(kind, base_min + m, job_id=job_id, model=model, attempt=attempt, **kw)
+    evs = [e("allocated", 0, gpus=4, team="ckpt"), e("phase_start", 0, phase="training")]
+    for s in (10, 21, 32):
+        evs += [e("phase_start", s, phase="checkpoint_save"),
+                e("phase_end", s + 1, phase="checkpoint_save"), e("checkpoint", s + 1)]
+    evs += [e("failure", 40, attrs={"cause": "infra"}), e("released", 42,
+                                                          attrs={"reason": "failed"}),
+            e("allocated", 45, 1, gpus=4), e("phase_start", 45, 1, phase="launcher_init"),
+            e("phase_end", 48, 1, phase="launcher_init"), e("phase_start", 48, 1, phase="training"),
+            e("phase_end", 58, 1, phase="training"),
+            e("released", 58, 1, attrs={"reason": "completed"})]
+    return evs

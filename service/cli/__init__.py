@@ -15,11 +15,12 @@ log = logging.getLogger("ett")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import aggregate, alerts, dashboards, demo, migrate, prune, report, serve, tokens
+    from . import advise, aggregate, alerts, dashboards, demo, migrate, prune, report, serve, tokens
 
     parser = argparse.ArgumentParser(prog="ett", description="ETT telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (serve, migrate, aggregate, report, alerts, dashboards, tokens, demo, prune):
+    for group in (serve, migrate, aggregate, report, alerts, dashboards, tokens, demo, prune,
+                  advise):
         group.register(sub)
     return parser
 

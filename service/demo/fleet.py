@@ -29,6 +29,10 @@ COMPONENT_PHASES = {
     "shutdown": ("final_checkpoint", "model_publish", "teardown"),
 }
 HEARTBEAT_S = 300.0
+# Checkpoint habits differ between models, so checkpoint advice differs between them:
+# training seconds between saves, and the (low, high) blocking seconds of one save.
+CHECKPOINT_EVERY_S = (900.0, 2700.0, 5400.0, 1800.0, 10800.0)
+CHECKPOINT_SAVE_S = ((5.0, 30.0), (60.0, 240.0), (20.0, 60.0))
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class DemoModel:
     name: str
     team: str
     gpus: int
+    checkpoint_every_s: float = 2700.0
+    checkpoint_save_s: tuple[float, float] = (5.0, 30.0)
 
 
 def fleet_models(spec: FleetSpec) -> list[DemoModel]:
@@ -78,7 +84,9 @@ def fleet_models(spec: FleetSpec) -> list[DemoModel]:
         kind = MODEL_KINDS[k % len(MODEL_KINDS)]
         # Every team gets the same mix of sizes, so no team dominates the fleet's GPU time.
         gpus = GPU_CHOICES[(3 * k + 1) % len(GPU_CHOICES)]
-        models.append(DemoModel(f"{team}_{kind}_{i:03d}", team, gpus))
+        models.append(DemoModel(f"{team}_{kind}_{i:03d}", team, gpus,
+                                checkpoint_every_s=CHECKPOINT_EVERY_S[i % len(CHECKPOINT_EVERY_S)],
+                                checkpoint_save_s=CHECKPOINT_SAVE_S[i % len(CHECKPOINT_SAVE_S)]))
     return models
 
 
@@ -176,7 +184,7 @@ class ModelSimulator:
         em, rng, scale = self.em, self.rng, self.spec.time_scale
         em.emit(t, job, attempt, "phase_start", phase="training")
         hazard = self.spec.failure_rate_per_hour * scale / 3600
-        ckpt_every = 2700 / scale
+        ckpt_every = self.model.checkpoint_every_s / scale
         since_ckpt, progress = 0.0, done
         next_beat = t + HEARTBEAT_S / scale
         while progress < target:
@@ -198,7 +206,7 @@ class ModelSimulator:
             if since_ckpt >= ckpt_every:
                 snap = t
                 t = self._phase(t, job, attempt, "checkpoint_save",
-                                self._dur(5, 30, "wasted_training"))
+                                self._dur(*self.model.checkpoint_save_s, "wasted_training"))
                 durable = t + rng.uniform(30, 180) / scale  # async upload finishes later
                 em.emit(durable, job, attempt, "checkpoint",
                         attrs={"snapshot_ts": datetime.fromtimestamp(snap, UTC).isoformat(),

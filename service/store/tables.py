@@ -185,6 +185,29 @@ settled_totals = Table(
 )
 
 # Key/value state shared by aggregators (last pass, exported counter high-water marks).
+# What checkpoint advice needs from each attempt (ett_core.checkpoints), with the model
+# and team denormalised: advice sums a model's attempts that started in a window.
+# Microseconds as integers, like every stored duration.
+checkpoint_attempts = Table(
+    "checkpoint_attempts",
+    metadata,
+    Column("job_id", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("team", Text, nullable=False),
+    Column("started_at", TS, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("held_us", BigInteger, nullable=False),
+    Column("interrupted", Boolean, nullable=False),
+    Column("blocking_save_us", BigInteger, nullable=False),
+    Column("durable_checkpoints", Integer, nullable=False),
+    Column("intervals_us", ARRAY(BigInteger), nullable=False),
+    Column("lost_progress_us", BigInteger, nullable=False),
+    Column("ttr_us", BigInteger),
+    PrimaryKeyConstraint("job_id", "attempt"),
+    Index("ix_checkpoint_attempts_model_started_at", "model", "started_at"),
+)
+
 aggregator_state = Table(
     "aggregator_state",
     metadata,

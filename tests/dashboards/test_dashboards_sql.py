@@ -105,6 +105,17 @@ def seed(engine: Engine) -> None:
         conn.execute(insert(tables.rollup_hourly),
                      [{**r, "job_id": "ads-ctr-0001"} for r in rows])
         conn.execute(insert(tables.dirty_jobs).values(job_id="ads-ctr-0002"))
+        # The example's attempts as checkpoint advice sees them (one interruption: no advice).
+        conn.execute(insert(tables.checkpoint_attempts), [
+            {"job_id": "ads-ctr-0001", "attempt": 0, "model": "ads_ctr", "team": "ads",
+             "started_at": HOUR, "gpus": 8, "held_us": 4920 * US_PER_S, "interrupted": True,
+             "blocking_save_us": 60 * US_PER_S, "durable_checkpoints": 1, "intervals_us": [],
+             "lost_progress_us": 1740 * US_PER_S, "ttr_us": 2640 * US_PER_S},
+            {"job_id": "ads-ctr-0001", "attempt": 1, "model": "ads_ctr", "team": "ads",
+             "started_at": HOUR + timedelta(minutes=85), "gpus": 8, "held_us": 4680 * US_PER_S,
+             "interrupted": False, "blocking_save_us": 0, "durable_checkpoints": 0,
+             "intervals_us": [], "lost_progress_us": 0, "ttr_us": None},
+        ])
 
 
 def run(conn: Connection, sql: str) -> list[Any]:
@@ -160,3 +171,32 @@ def test_level1_terms_add_up_to_held_gpu_hours(db_engine: Engine) -> None:
     terms = {r[0]: r[1] for r in rows}
     assert sum(terms.values()) == pytest.approx(9600 * 8 / 3600)
     assert terms["time to start (TTS)"] == pytest.approx(1200 * 8 / 3600)
+
+
+@pytest.mark.parametrize("title", ["Checkpoint advice",
+                                   "Checkpoint advice: largest projected savings"])
+def test_checkpoint_advice_panels_agree_with_the_service_advice(api, db_engine: Engine,
+                                                                title: str) -> None:
+    from service.results.advice import checkpoint_advice
+    from tests.factories import interrupted_job
+
+    for k in range(3):
+        r = api.post("/v1/events", json={"events": interrupted_job(f"h{k}", "ads_ctr", 100 * k)})
+        assert r.status_code == 202
+    api.post("/v1/aggregate")
+    start, end = datetime(2026, 10, 31, tzinfo=UTC), datetime(2026, 11, 30, tzinfo=UTC)
+    [(_, _, sql)] = [q for q in all_sql({"team": "ckpt", "model": "ads_ctr"}, start, end,
+                                        include_variables=False) if q[1] == title]
+    with db_engine.connect() as conn:
+        [row] = conn.execute(text(sql.replace(":", "\\:"))).mappings().fetchall()
+    want = checkpoint_advice(db_engine, "ads_ctr", start, end)
+    assert (row["status"], row["interruptions"]) == (want["status"], want["interruptions"])
+    assert row["MTBF h"] * 3600 == pytest.approx(want["mtbf_seconds"])
+    assert row["save s"] == pytest.approx(want["checkpoint_cost_seconds"])
+    assert row["restart s"] == pytest.approx(want["restart_overhead_seconds"])
+    assert row["observed min"] * 60 == pytest.approx(want["interval_seconds"]["observed"])
+    assert row["recommended min"] * 60 == pytest.approx(want["interval_seconds"]["daly"])
+    assert row["ETT at observed"] == pytest.approx(want["expected_ettr"]["observed"])
+    assert row["ETT at recommended"] == pytest.approx(want["expected_ettr"]["daly"])
+    assert row["saving GPU-h/day"] == pytest.approx(
+        want["projected_saving_gpu_hours_per_day"])

@@ -1,0 +1,101 @@
+"""Checkpoint advice read back: a model's (or every model's) attempts in a window, summed.
+
+The sums come from `checkpoint_attempts` (written with each job's results); the formulas
+are the engine's (ett_core.checkpoint_advice). The answers are plain dicts, so the API,
+the CLI and the console render the same thing. Never commits.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from fnmatch import fnmatchcase
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from ett_core.checkpoint_advice import Observations, advise
+
+# Figures come from the attempts that started in [start, end). The median interval is
+# computed in the database: a busy model has tens of thousands of intervals a month. The
+# window is scanned twice rather than through a shared CTE, which PostgreSQL would
+# materialise whole (arrays included): half the time for 500 models (bench/advice.py).
+_WINDOW = "started_at >= :start AND started_at < :end {model_filter}"
+_SUMS = f"""
+    WITH s AS (
+        SELECT model, (array_agg(team ORDER BY started_at DESC))[1] AS team,
+               sum(held_us) AS held_us, sum(held_us::numeric * gpus) AS held_gpu_us,
+               count(*) FILTER (WHERE interrupted) AS interruptions,
+               sum(blocking_save_us) AS blocking_save_us,
+               sum(durable_checkpoints) AS durable_checkpoints,
+               coalesce(sum(ttr_us) FILTER (WHERE interrupted), 0) AS ttr_us,
+               coalesce(sum(lost_progress_us) FILTER (WHERE interrupted), 0) AS lost_us
+        FROM checkpoint_attempts WHERE {_WINDOW}
+        GROUP BY model
+    ), med AS (
+        SELECT model, percentile_cont(0.5) WITHIN GROUP (ORDER BY i) AS median_us
+        FROM checkpoint_attempts, unnest(intervals_us) AS i WHERE {_WINDOW}
+        GROUP BY model
+    )
+    SELECT s.*, med.median_us FROM s LEFT JOIN med ON med.model = s.model ORDER BY s.model
+"""
+_US = 1e6
+
+
+def _observations(row: Any, days: float) -> Observations:
+    return Observations(
+        window_days=days,
+        held_seconds=float(row.held_us) / _US,
+        held_gpu_hours=float(row.held_gpu_us) / _US / 3600,
+        interruptions=int(row.interruptions),
+        blocking_save_seconds=float(row.blocking_save_us) / _US,
+        durable_checkpoints=int(row.durable_checkpoints),
+        ttr_seconds=float(row.ttr_us) / _US,
+        lost_progress_seconds=float(row.lost_us) / _US,
+        observed_interval_seconds=None if row.median_us is None else float(row.median_us) / _US,
+    )
+
+
+def _empty(days: float) -> Observations:
+    return Observations(days, 0.0, 0.0, 0, 0.0, 0, 0.0, 0.0, None)
+
+
+def _rows(engine: Engine, start: datetime, end: datetime, model: str | None) -> list[Any]:
+    sql = _SUMS.format(model_filter="AND model = :model" if model is not None else "")
+    params: dict[str, Any] = {"start": start, "end": end}
+    if model is not None:
+        params["model"] = model
+    with engine.connect() as conn:
+        return list(conn.execute(text(sql), params))
+
+
+def _days(start: datetime, end: datetime) -> float:
+    return (end - start).total_seconds() / 86400
+
+
+def checkpoint_advice(engine: Engine, model: str, start: datetime, end: datetime
+                      ) -> dict[str, Any]:
+    """`GET /v1/models/{model}/checkpoint-advice`: always an answer, insufficient or not."""
+    days = _days(start, end)
+    rows = _rows(engine, start, end, model)
+    obs = _observations(rows[0], days) if rows else _empty(days)
+    return {"model": model, "start": start.isoformat(), "end": end.isoformat(),
+            **advise(obs).to_wire()}
+
+
+def fleet_checkpoint_advice(engine: Engine, start: datetime, end: datetime, *,
+                            model_glob: str | None = None, team: str | None = None
+                            ) -> list[dict[str, Any]]:
+    """Every model with attempts in the window (its latest team beside it), largest projected
+    saving first; models without a saving (no advice, or no comparison) last, by name."""
+    days = _days(start, end)
+    out = []
+    for row in _rows(engine, start, end, None):
+        if model_glob is not None and not fnmatchcase(row.model, model_glob):
+            continue
+        if team is not None and row.team != team:
+            continue
+        out.append({"model": row.model, "team": row.team, "start": start.isoformat(),
+                    "end": end.isoformat(), **advise(_observations(row, days)).to_wire()})
+    out.sort(key=lambda a: (a["projected_saving_gpu_hours_per_day"] is None,
+                            -(a["projected_saving_gpu_hours_per_day"] or 0.0), a["model"]))
+    return out
