@@ -20,6 +20,7 @@ from service.store.engine import db_unavailable
 from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire.batch import validate_batch
+from service.wire.ownership import OwnershipCheck
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,8 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     return events
 
 
-def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0) -> int:
+def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0,
+          admit: OwnershipCheck | None = None) -> int:
     """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
 
     Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
@@ -132,7 +134,7 @@ def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms
     with db_unavailable("ingest"), engine.begin() as conn:
         if statement_timeout_ms:
             conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
-        return store_rows(conn.connection.driver_connection, lines, jobs)
+        return store_rows(conn.connection.driver_connection, lines, jobs, admit)
 
 
 def build_router(
@@ -182,19 +184,20 @@ def build_router(
             )
             if not batch.lines and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))
+            owned = OwnershipCheck(batch)
             if pool is not None:
-                inserted = await pool.store(batch.lines, batch.jobs)
+                inserted = await pool.store(batch.lines, batch.jobs, owned)
             elif batch.lines:
                 inserted = await run_in_threadpool(store, engine, batch.lines, batch.jobs,
-                                                   limits.statement_timeout_ms)
+                                                   limits.statement_timeout_ms, owned)
             else:
                 inserted = 0
         finally:
             in_flight.release(charged)
         outcome = BatchOutcome(
             accepted=inserted,
-            duplicates=len(batch.lines) - inserted + batch.in_batch_duplicates,
-            rejected=batch.rejected,
+            duplicates=owned.kept - inserted + batch.in_batch_duplicates,
+            rejected=sorted(batch.rejected + owned.rejected, key=lambda r: r["index"]),
         )
         log.debug(
             "ingest batch: accepted=%d duplicates=%d rejected=%d token=%s",

@@ -192,14 +192,21 @@ class AggregatorCollector(Collector):
             "ett_metrics_leader",
             "1 if this process exports the database-derived metrics (one process does).",
         )
+        quarantined = GaugeMetricFamily(
+            "ett_aggregation_quarantined_jobs",
+            "Jobs whose computation or storage failed, held out of passes until their events"
+            " change (GET /v1/admin/quarantine lists them).",
+        )
         if agg.last_success_at is not None:
             last.add_metric([], agg.last_success_at.timestamp())
         if agg.last_report is not None:
             lag.add_metric([], agg.last_report.lag_seconds)
+            quarantined.add_metric([], agg.last_report.jobs_quarantined)
         leader.add_metric([], 1.0 if self.is_leader else 0.0)
         yield last
         yield lag
         yield leader
+        yield quarantined
 
         settled = CounterMetricFamily(
             "ett_settled_gpu_seconds",

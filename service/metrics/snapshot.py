@@ -56,7 +56,7 @@ def _zero(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key) -> No
 def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
     snap = Snapshot(taken_at=now)
     for model, team, component, owner, gpu_us in conn.execute(text(
-        "SELECT model, team, component, owner, settled_gpu_us FROM settled_totals"
+        "SELECT model, team, component, owner, settled_gpu_us::float8 FROM settled_totals"
     )):
         snap.settled_gpu_seconds[(model, team, component, owner)] = gpu_us / 1e6
     for model, team, running, at_risk, unknown in conn.execute(text(
