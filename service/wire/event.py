@@ -55,6 +55,7 @@ MAX_STEP = 2**53
 # ISO 8601 forms RFC 3339 excludes (week dates, basic format, hours only).
 RFC3339_RE = re.compile(
     r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[Zz]|[+-]\d\d:\d\d)")
+_LOCAL_RE = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(?:\.\d{1,9})?")
 
 
 class WireError(ValueError):
@@ -84,15 +85,17 @@ class WireEvent:
 def parse_rfc3339(value: Any, field: str) -> datetime:
     if not isinstance(value, str):
         raise WireError(f"{field}: must be an RFC 3339 timestamp string")
-    if not RFC3339_RE.fullmatch(value):
-        if RFC3339_RE.fullmatch(value[:10] + "T" + value[11:]) and value[10:11] == " ":
-            pass  # RFC 3339's own note allows a space between date and time
-        elif "T" not in value and "t" not in value and " " not in value and len(value) <= 10:
-            raise WireError(f"{field}: timestamp needs a time of day, not only a date")
-        else:
+    if not RFC3339_RE.fullmatch(value) and not (
+            # RFC 3339's own note allows a space between date and time.
+            value[10:11] == " " and RFC3339_RE.fullmatch(value[:10] + "T" + value[11:])):
+        if _LOCAL_RE.fullmatch(value):
             raise WireError(
-                f"{field}: {value[:64]!r} is not an RFC 3339 timestamp"
-                " (YYYY-MM-DDTHH:MM:SS[.fraction] and Z or a +HH:MM offset)")
+                f"{field}: timestamp needs a UTC offset (for example 'Z' or '+00:00')")
+        if len(value) <= 10 and "T" not in value.upper():
+            raise WireError(f"{field}: timestamp needs a time of day, not only a date")
+        raise WireError(
+            f"{field}: {value[:64]!r} is not an RFC 3339 timestamp"
+            " (YYYY-MM-DDTHH:MM:SS[.fraction] with Z or a +HH:MM offset)")
     try:
         parsed = datetime.fromisoformat(value.upper())
     except ValueError:
@@ -171,7 +174,7 @@ def attrs_json(value: Any, etype: str) -> str | None:
         step = value.get("step")
         if step is not None and (isinstance(step, bool) or not isinstance(step, int)
                                  or not 0 <= step <= MAX_STEP):
-            raise WireError(f"attrs.step: must be an integer from 0 to {MAX_STEP}")
+            raise WireError(f"attrs.step: must be a non-negative integer at most {MAX_STEP}")
     if (
         etype == "phase_start"
         and "background" in value
