@@ -132,6 +132,8 @@ class Aggregator:
         self.last_report: PassReport | None = None
         self.last_success_at: datetime | None = None
         self.passes_failed = 0
+        # A new process may run fixed code: its first pass retries the quarantined jobs.
+        self._quarantine_retried = False
 
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
@@ -153,10 +155,15 @@ class Aggregator:
             report = PassReport(started_at=now)
             with self.engine.connect() as conn:
                 dirty = store.dirty_candidates(conn)
+                # A quarantined job waits for new events: recomputed unchanged, it would
+                # fail the same way every pass. A new process may run fixed code, so its
+                # first pass retries them all once.
                 held = quarantine.held_back(conn)
-                # A quarantined job waits for new events (a plain pass only): recomputing
-                # it unchanged would fail the same way every pass.
-                jobs = sorted((set(dirty) | set(store.open_jobs(conn)))
+                retry: set[str] = set()
+                if not self._quarantine_retried:
+                    retry, held = held, set()
+                    self._quarantine_retried = True
+                jobs = sorted((set(dirty) | set(store.open_jobs(conn)) | retry)
                               - (set() if recompute_all else held))
                 if not recompute_all:
                     total = len(jobs)
