@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,7 @@ from service.store.engine import db_unavailable
 from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire.batch import validate_batch
+from service.wire.body import read_body
 from service.wire.ownership import OwnershipCheck
 
 log = logging.getLogger(__name__)
@@ -34,28 +36,42 @@ class IngestLimits:
     max_in_flight: int = 128
     max_in_flight_bytes: int = 64 * 1024 * 1024
     statement_timeout_ms: int = 10_000
+    max_in_flight_per_token: int = 32
+    body_deadline_s: float = 30.0
 
 
 class InFlightLimit:
-    """Admission control: at most so many ingest requests and body bytes in one process.
+    """Admission control: at most so many ingest requests and body bytes in one process,
+    and at most `per_token` of the requests for any one token.
 
-    A burst beyond it gets 503 + Retry-After at once instead of queueing in memory. Only
-    touched from the event loop's thread, so plain counters need no lock.
+    A burst beyond it gets 503 + Retry-After at once instead of queueing in memory. The
+    per-token share keeps one writer's slow or idle connections (each held at most the
+    body deadline) from taking every slot: 130 stalled sockets of one token once answered
+    every other writer, admin included, 503. Only touched from the event loop's thread, so
+    plain counters need no lock.
     """
 
     RETRY_AFTER_S = 1
 
-    def __init__(self, max_requests: int, max_bytes: int) -> None:
+    def __init__(self, max_requests: int, max_bytes: int, per_token: int | None = None
+                 ) -> None:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
+        self.per_token = per_token or max_requests
         self.requests = 0
         self.bytes = 0
+        self.by_token: dict[str, int] = {}
 
-    def admit(self) -> None:
+    def admit(self, token: str = "") -> None:
         if self.requests >= self.max_requests:
             raise Unavailable(f"ingest is at its limit of {self.max_requests} concurrent"
                               " requests; retry later", retry_after_s=self.RETRY_AFTER_S)
+        held = self.by_token.get(token, 0)
+        if held >= self.per_token:
+            raise Unavailable(f"this token is at its limit of {self.per_token} concurrent"
+                              " ingest requests; retry later", retry_after_s=self.RETRY_AFTER_S)
         self.requests += 1
+        self.by_token[token] = held + 1
 
     def charge(self, n: int) -> None:
         if self.bytes + n > self.max_bytes:
@@ -63,9 +79,31 @@ class InFlightLimit:
                               " bodies in flight; retry later", retry_after_s=self.RETRY_AFTER_S)
         self.bytes += n
 
-    def release(self, n_bytes: int) -> None:
+    def release(self, n_bytes: int, token: str = "") -> None:
         self.requests -= 1
         self.bytes -= n_bytes
+        left = self.by_token[token] - 1
+        if left:
+            self.by_token[token] = left
+        else:
+            del self.by_token[token]
+
+    @contextmanager
+    def admitted(self, token: str) -> Iterator[Callable[[int], None]]:
+        """Hold one slot of `token` for the block; yield the byte charger, whose bytes are
+        given back with the slot."""
+        self.admit(token)
+        charged = 0
+
+        def charge(n: int) -> None:
+            nonlocal charged
+            self.charge(n)
+            charged += n
+
+        try:
+            yield charge
+        finally:
+            self.release(charged, token)
 
 
 @dataclass
@@ -76,31 +114,6 @@ class BatchOutcome:
 
     def to_wire(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "duplicates": self.duplicates, "rejected": self.rejected}
-
-
-async def read_limited_body(request: Request, limit: int,
-                            charge: Callable[[int], None] | None = None) -> bytearray:
-    """Read the body, refusing as soon as it passes `limit` (chunked bodies included).
-
-    Chunks go into one growing buffer (no list of chunks joined into a second copy), and each
-    is charged to `charge` (the in-flight byte budget) as it arrives.
-    """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            declared_n = int(declared)
-        except ValueError:
-            raise BadRequest("Content-Length header is not a number") from None
-        if declared_n > limit:
-            raise PayloadTooLarge(f"body of {declared_n} bytes exceeds the limit of {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > limit:
-            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
-        if charge is not None:
-            charge(len(chunk))
-        body += chunk
-    return body
 
 
 def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
@@ -149,7 +162,8 @@ def build_router(
     """The ingest route. With `pool` (what `ett serve` passes) batches are stored on the
     event loop; without it through `engine`, in a worker thread."""
     router = APIRouter()
-    in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes)
+    in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
+                              limits.max_in_flight_per_token)
 
     @router.post(
         "/v1/events",
@@ -166,18 +180,11 @@ def build_router(
         principal = auth.authenticate(request.headers.get("authorization"))
         if principal.role == "reader":
             raise Forbidden("a reader token may not post events")
-        in_flight.admit()
-        charged = 0
-
-        def charge(n: int) -> None:
-            nonlocal charged
-            in_flight.charge(n)
-            charged += n
-
-        try:
+        with in_flight.admitted(principal.token_id or "") as charge:
             # No name keeps the body or the parsed batch alive past validation.
             batch = validate_batch(
-                parse_batch(await read_limited_body(request, limits.max_body_bytes, charge),
+                parse_batch(await read_body(request, limit=limits.max_body_bytes,
+                                            deadline_s=limits.body_deadline_s, charge=charge),
                             limits.max_batch_events),
                 principal, now=clock(), max_future_s=limits.max_future_s,
                 max_age_s=limits.max_age_s, owner_of=owner_of,
@@ -192,8 +199,6 @@ def build_router(
                                                    limits.statement_timeout_ms, owned)
             else:
                 inserted = 0
-        finally:
-            in_flight.release(charged)
         outcome = BatchOutcome(
             accepted=inserted,
             duplicates=owned.kept - inserted + batch.in_batch_duplicates,
