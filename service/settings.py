@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     )
 
     log_level: str = "info"
+    metrics_max_models_per_team: int = Field(
+        default=200, ge=1,
+        description="model series per team on /metrics; the rest are summed as model=other",
+    )
     metrics_auth: bool = Field(
         default=False, description="require a token (any role) on /metrics; probes stay open"
     )

@@ -51,7 +51,8 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         if aggregator and ctx.aggregator is not None:
             from service.metrics.collector import register_aggregator_metrics
 
-            collector = register_aggregator_metrics(ctx.registry, ctx.aggregator, db.engine)
+            collector = register_aggregator_metrics(
+                ctx.registry, ctx.aggregator, db.engine, settings.metrics_max_models_per_team)
 
         stop = threading.Event()
         background = _start_background(ctx, aggregator=aggregator, stop=stop)

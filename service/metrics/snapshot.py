@@ -36,6 +36,8 @@ class Snapshot:
     tts_sum: dict[Key, float] = field(default_factory=dict)
     ttr_buckets: dict[Key, list[int]] = field(default_factory=dict)  # team, cause
     ttr_sum: dict[Key, float] = field(default_factory=dict)
+    # Per team, how many models' series were summed into model="other" (metrics/folding.py).
+    folded_models: dict[str, int] = field(default_factory=dict)
 
 
 def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,
@@ -51,6 +53,13 @@ def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,
 def _zero(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key) -> None:
     buckets.setdefault(key, [0] * (len(LEVEL1_BUCKETS) + 1))
     sums.setdefault(key, 0.0)
+
+
+def first_seen(conn: Connection) -> list[tuple[str, str, datetime]]:
+    """When each (model, team) was first seen (its earliest job): the order models keep
+    their own series in (metrics/folding.py)."""
+    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+        "SELECT model, team, min(first_at) FROM jobs GROUP BY model, team"))]
 
 
 def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
