@@ -22,7 +22,7 @@ from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire.batch import validate_batch
 from service.wire.body import read_body
-from service.wire.ownership import OwnershipCheck
+from service.wire.ownership import OwnerCache, OwnershipCheck
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ def build_router(
     router = APIRouter()
     in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
                               limits.max_in_flight_per_token)
+    owners = OwnerCache()
 
     @router.post(
         "/v1/events",
@@ -192,13 +193,16 @@ def build_router(
             if not batch.lines and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))
             owned = OwnershipCheck(batch)
+            cached = owned.from_cache(owners)
+            lines, admit = (batch.lines, owned) if cached is None else (cached, None)
             if pool is not None:
-                inserted = await pool.store(batch.lines, batch.jobs, owned)
-            elif batch.lines:
-                inserted = await run_in_threadpool(store, engine, batch.lines, batch.jobs,
-                                                   limits.statement_timeout_ms, owned)
+                inserted = await pool.store(lines, batch.jobs, admit)
+            elif lines:
+                inserted = await run_in_threadpool(store, engine, lines, batch.jobs,
+                                                   limits.statement_timeout_ms, admit)
             else:
                 inserted = 0
+            owners.learn(owned.seen)  # committed: store returns only after COMMIT
         outcome = BatchOutcome(
             accepted=inserted,
             duplicates=owned.kept - inserted + batch.in_batch_duplicates,

@@ -105,8 +105,9 @@ def test_random_valid_batches_from_many_writers_never_make_a_pass_fail(
         conn.execute(text("TRUNCATE events, dirty_jobs, jobs, attempts, segments,"
                           " rollup_hourly, fleet_hourly, fleet_daily, settled_totals,"
                           " aggregation_quarantine, job_owners"))
+    run = uuid.uuid4().hex[:8]  # the app's owner cache outlives the truncation
     for i, w in enumerate(writers):
-        job = f"{w['job']}-{i}"
+        job = f"{w['job']}-{i}-{run}"
         events = [event("allocated", w["start"], job_id=job, model=w["model"],
                         gpus=w["gpus"]),
                   event("phase_start", w["start"], job_id=job, model=w["model"],
