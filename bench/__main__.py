@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import advice, aggregation, console, engine, ingest, otlp, reads, sdk, single
+from . import advice, aggregation, console, engine, ingest, otlp, reads, sdk, single, slow_clients
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -22,6 +22,7 @@ BENCHMARKS = {
     "console": (console, True),
     "otlp": (otlp, False),
     "advice": (advice, True),
+    "slow_clients": (slow_clients, True),
 }
 
 

@@ -88,6 +88,8 @@ def create_app(ctx: AppContext) -> FastAPI:
         max_in_flight=s.ingest_max_in_flight,
         max_in_flight_bytes=s.ingest_max_in_flight_bytes,
         statement_timeout_ms=s.ingest_statement_timeout_ms,
+        max_in_flight_per_token=s.ingest_max_in_flight_per_token,
+        body_deadline_s=s.ingest_body_deadline_s,
     )
     taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)
     app.include_router(

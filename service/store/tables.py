@@ -16,6 +16,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Numeric,
     PrimaryKeyConstraint,
     Table,
     Text,
@@ -180,7 +181,8 @@ settled_totals = Table(
     Column("team", Text, nullable=False),
     Column("component", Text, nullable=False),
     Column("owner", Text, nullable=False),
-    Column("settled_gpu_us", BigInteger, nullable=False),
+    # NUMERIC: an all-time sum outgrows a bigint (migration 0004).
+    Column("settled_gpu_us", Numeric(30, 0), nullable=False),
     PrimaryKeyConstraint("model", "team", "component", "owner"),
 )
 
@@ -231,4 +233,27 @@ api_tokens = Table(
     Column("last_used_at", TS),
     Column("revoked_at", TS),
     CheckConstraint("role IN ('admin', 'writer', 'reader')", name="ck_api_tokens_role"),
+)
+
+# Jobs whose computation or storage failed (issue 15): left out of passes until their
+# events change (a dirty_jobs seq above last_seq), listed by GET /v1/admin/quarantine.
+aggregation_quarantine = Table(
+    "aggregation_quarantine",
+    metadata,
+    Column("job_id", Text, primary_key=True),
+    Column("error", Text, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("since", TS, nullable=False),
+    Column("failed_at", TS, nullable=False),
+    Column("failures", Integer, nullable=False),
+)
+
+# Each job's model and team, fixed by its first stored event: ingest refuses a later
+# event that names another (a writer can never move another team's job).
+job_owners = Table(
+    "job_owners",
+    metadata,
+    Column("job_id", Text, primary_key=True),
+    Column("model", Text, nullable=False),
+    Column("team", Text),
 )
