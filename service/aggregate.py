@@ -31,8 +31,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import JobComputation, Taxonomy, compute_job
 from service.aggregation.open_job_cache import OpenJobCache
-from service.results.checkpoint_facts import replace_checkpoint_facts
 from service.results import quarantine
+from service.results.checkpoint_facts import replace_checkpoint_facts
 from service.settings import Settings
 from service.store import results as store
 from service.store.result_rows import RowFormatter

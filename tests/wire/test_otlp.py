@@ -8,7 +8,7 @@ import orjson
 import pytest
 import yaml
 
-from service.errors import ConfigError, UnsupportedMediaType
+from service.errors import BadRequest, ConfigError, UnsupportedMediaType
 from service.wire import otlp
 from service.wire.span_mapping import SpanMapping, SpanRule, load_mapping, mapping_from_doc
 from service.wire.spans import event_id, events_of, rfc3339
