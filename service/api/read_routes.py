@@ -160,7 +160,8 @@ def build_router(engine: Engine, auth: Authenticator,
     router = APIRouter(prefix="/v1", dependencies=[Depends(reject_unknown)])
 
     # `:path`: a job_id may hold `/` (the wire contract allows it), sent as is or as %2F.
-    @router.get("/jobs/{job_id:path}", summary="One job's result: attempts, components, owners, Level 1")
+    @router.get("/jobs/{job_id:path}",
+                summary="One job's result: attempts, components, owners, Level 1")
     async def get_job(job_id: str, request: Request) -> dict[str, Any]:
         auth.require_reader(request.headers.get("authorization"))
         _storable(job_id=job_id)
