@@ -27,6 +27,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from ett_core import JobComputation, Taxonomy, compute_job
 from service.aggregation.open_job_cache import OpenJobCache
+from service.results import impact
 from service.settings import Settings
 from service.store import results as store
 from service.store.result_rows import RowFormatter
@@ -252,6 +253,8 @@ class Aggregator:
             store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
             store.update_jobs(conn, updated, formatter, deltas)
             store.apply_deltas(conn, deltas)
+            impact.replace_job_impact(conn, [j for j in locked if j not in failed_set],
+                                      dict(computed))
             store.consume_dirty(conn, [seq for job, seq in seqs if job not in failed_set])
         # Committed: what was written at `now` is what the cache may now vouch for.
         # A recompute of everything runs in a one-shot process (`ett aggregate --recompute-all`):

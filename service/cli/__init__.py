@@ -15,11 +15,11 @@ log = logging.getLogger("ett")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import aggregate, alerts, dashboards, demo, migrate, prune, serve, tokens
+    from . import aggregate, alerts, dashboards, demo, impact, migrate, prune, serve, tokens
 
     parser = argparse.ArgumentParser(prog="ett", description="ETT telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (serve, migrate, aggregate, alerts, dashboards, tokens, demo, prune):
+    for group in (serve, migrate, aggregate, alerts, dashboards, tokens, demo, prune, impact):
         group.register(sub)
     return parser
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from service.wire.labels import LabelError, check_labels
+
 EVENT_TYPES = frozenset(
     {"allocated", "released", "phase_start", "phase_end", "checkpoint", "failure", "heartbeat"}
 )
@@ -157,6 +159,11 @@ def attrs_json(value: Any, etype: str) -> str | None:
         and not isinstance(value["background"], bool)
     ):
         raise WireError("attrs.background: must be true or false")
+    if etype == "allocated" and "labels" in value:
+        try:
+            check_labels(value["labels"])
+        except LabelError as exc:
+            raise WireError(str(exc)) from None
     return dumped.decode()
 
 
