@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import aggregation, engine, ingest, reads, sdk, single
+from . import aggregation, engine, impact, ingest, reads, sdk, single
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -19,6 +19,7 @@ BENCHMARKS = {
     "ingest_single": (single, True),
     "aggregation": (aggregation, True),
     "reads": (reads, True),
+    "impact": (impact, True),
 }
 
 

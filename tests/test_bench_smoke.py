@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "aggregation", "reads")
+NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "aggregation", "reads", "impact")
 
 
 @pytest.mark.slow
