@@ -76,3 +76,35 @@ def test_a_rollout_steps_up_at_each_annotated_change(api, app_context) -> None:
     assert by_component["compilation"] > 0
     assert all(v == pytest.approx(0, abs=1e-6) for c, v in by_component.items()
                if c != "compilation")
+
+
+def test_the_team_dashboards_impact_view_shows_the_apis_figures(api, app_context,
+                                                                 db_engine) -> None:
+    pytest.importorskip("grafana_foundation_sdk")
+    from sqlalchemy import text
+
+    from dashboards.queries import all_sql
+
+    app_context.aggregator.clock = fixed(NOW)
+    post_all(api, [e for run in paired.paired_events(paired.ANCHOR) for e in run])
+    api.post("/v1/aggregate")
+    queries = {title: q for uid, title, q in all_sql(
+        {"team": paired.TEAM, "model": "x"}, datetime(2026, 11, 1, tzinfo=UTC), NOW)
+        if uid == "ett-team" and title.startswith("Impact")}
+    expected = paired.paired_impacts()["all"]
+    with db_engine.connect() as conn:
+        rows = conn.execute(text(queries["Impact: savings by term and component (GPU-hours)"]
+                                 .replace(":", "\\:"))).mappings().all()
+        credit = conn.execute(text(queries["Impact: who gets the credit"]
+                                   .replace(":", "\\:"))).mappings().one()
+    by_tc = expected["savings"]["by_term_component"]
+    for row in rows:
+        for term in by_tc:
+            assert row[term] == pytest.approx(by_tc[term][row["component"]] / 3600, abs=1e-9)
+    assert credit["saved GPU-hours"] == pytest.approx(
+        expected["savings"]["total_gpu_seconds"] / 3600)
+    assert credit["recovery share"] == pytest.approx(expected["recovery_share"])
+    assert credit["startup credit, direct"] == pytest.approx(
+        expected["startup_credit"]["direct"])
+    assert credit["startup credit, with cascade"] == pytest.approx(
+        expected["startup_credit"]["cascade"])

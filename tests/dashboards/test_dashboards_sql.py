@@ -105,6 +105,9 @@ def seed(engine: Engine) -> None:
         conn.execute(insert(tables.rollup_hourly),
                      [{**r, "job_id": "ads-ctr-0001"} for r in rows])
         conn.execute(insert(tables.dirty_jobs).values(job_id="ads-ctr-0002"))
+        # A change marker of team ads for its ads_* models (the dashboards' annotations).
+        conn.execute(insert(tables.annotations).values(
+            ts=HOUR, title="pt2 cache", team="ads", models=["ads_*"], tags=["compile"]))
 
 
 def run(conn: Connection, sql: str) -> list[Any]:
