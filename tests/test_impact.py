@@ -200,3 +200,12 @@ def test_annotations_roles_listing_and_impact_around(api, db_engine, agg) -> Non
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_impact")).scalar_one() == 2
     assert results.glob_to_like("ads_*") == "ads\\_%"
+
+
+def test_the_sdk_checks_labels_by_the_services_rule() -> None:
+    from ett_client import events as sdk
+
+    from service.wire import labels as wire
+
+    assert sdk.LABEL_KEY_RE.pattern == wire.LABEL_KEY_RE.pattern
+    assert (sdk.MAX_LABELS, sdk.MAX_LABEL_VALUE) == (wire.MAX_LABELS, wire.MAX_LABEL_VALUE)

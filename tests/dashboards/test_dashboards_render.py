@@ -118,3 +118,13 @@ def test_docs_describe_every_panel(docs: dict[str, dict]) -> None:
     missing = [(doc["uid"], p["title"]) for doc in docs.values() for p in _panels(doc)
                if p["type"] != "row" and f"`{p['title']}`" not in text]
     assert not missing, f"not described in docs/dashboards.md: {missing}"
+
+
+def test_the_impact_panels_name_the_engines_terms_and_components() -> None:
+    from dashboards import impact_panels
+    from ett_core import impact
+    from ett_core.taxonomy import COMPONENTS
+
+    assert impact_panels.OVERHEAD_TERMS == impact.OVERHEAD_TERMS
+    assert impact_panels.STARTUP_COMPONENTS == impact.STARTUP_COMPONENTS
+    assert impact_panels.COMPONENTS == COMPONENTS
