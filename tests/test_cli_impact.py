@@ -76,3 +76,37 @@ def test_ett_annotate_posts_a_marker_the_api_lists(service) -> None:
                        params={"start": "2026-11-01T00:00:00Z", "end": "2026-11-10T00:00:00Z",
                                "tag": tag}).json()["annotations"]
     assert [(a["id"], a["models"]) for a in listed] == [(note, ["ads_*", "feed_*"])]
+
+
+def _demo(service, scenario: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "service.cli", "demo", "--scenario", scenario,
+                           "--url", service.url, "--token", service.token], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_ett_demo_paired_posts_the_twelve_labelled_runs(service) -> None:
+    out = _demo(service, "paired")
+    assert out.returncode == 0, out.stderr
+    assert "rejected=0" in out.stdout
+    headers = service.headers()
+    httpx.post(service.url + "/v1/aggregate", headers=headers, timeout=120).raise_for_status()
+    doc = httpx.get(service.url + "/v1/impact", headers=headers, timeout=30, params={
+        "model": "paired_*", "baseline_label": "variant:baseline",
+        "candidate_label": "variant:optimized"}).json()
+    assert (doc["baseline"]["jobs"], doc["candidate"]["jobs"]) == (6, 6)
+    assert doc["delta_ett_pp"] == pytest.approx(24.8, abs=0.05)  # docs/impact.md's table
+
+
+@pytest.mark.slow
+def test_ett_demo_rollout_annotates_each_change(service) -> None:
+    out = _demo(service, "rollout")
+    assert out.returncode == 0, out.stderr
+    notes = [int(line.split()[1].rstrip(":")) for line in out.stdout.splitlines()
+             if line.startswith("annotation ")]
+    assert len(notes) == 5
+    headers = service.headers()
+    httpx.post(service.url + "/v1/aggregate", headers=headers, timeout=600).raise_for_status()
+    gains = [httpx.get(service.url + "/v1/impact", headers=headers, timeout=30,
+                       params={"around": n, "days": 7, "model": "rollout_*"}).json()
+             ["delta_ett_pp"] for n in notes]
+    assert all(g > 0 for g in gains), gains

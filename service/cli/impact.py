@@ -48,6 +48,10 @@ def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> di
     return response.json()
 
 
+_TERM_HEADERS = {"tts": "TTS", "ttr": "TTR", "in_loop_overhead": "in-loop",
+                 "final_shutdown": "final shutdn"}
+
+
 def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
@@ -75,7 +79,7 @@ def impact_table(doc: dict[str, Any]) -> str:
     lines.append(f"ETT change: {_num(doc['delta_ett_pp'], '{:+.2f}')} points")
     lines.append("")
     lines.append("savings (GPU-hours; negative: a regression)")
-    header = "".join(f"{t[:12]:>13}" for t in OVERHEAD_TERMS)
+    header = "".join(f"{_TERM_HEADERS[t]:>13}" for t in OVERHEAD_TERMS)
     lines.append(f"{'component':18}{header}{'total':>13}")
     by_tc = s["by_term_component"]
     for comp in COMPONENTS:
