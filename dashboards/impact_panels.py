@@ -4,7 +4,9 @@ direct vs with the restart cascade (the figures of `GET /v1/impact`, docs/impact
 
 The cohorts are read from `job_impact` (what the aggregator stores per job): jobs of
 models whose team is `$team`, first allocated in the range, ended, carrying the label
-`$baseline_label` / `$candidate_label` (`key:value`).
+`$baseline_label` / `$candidate_label` (`key:value`; empty: any), the baseline's range
+moved back by `$baseline_shift` (a PostgreSQL interval: `7 days` compares this week with
+the last).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ STARTUP_COMPONENTS = ("scheduling", "initialization", "compilation")
 COMPONENTS = ("scheduling", "initialization", "compilation", "effective_training",
               "wasted_training", "shutdown", "unattributed")
 
-VARIABLES = {"baseline_label": "variant:baseline", "candidate_label": "variant:optimized"}
+# Two labels over the range, or (empty labels, a shift) the range against an earlier one.
+VARIABLES = {"baseline_label": "variant:baseline", "candidate_label": "variant:optimized",
+             "baseline_shift": "0 days"}
 _CELLS = [(t, c) for t in OVERHEAD_TERMS for c in COMPONENTS]
 
 
@@ -31,16 +35,21 @@ def label_variables() -> list[Any]:
 
 
 def _cohort(name: str, variable: str) -> str:
-    # `key:value` -> {"key": "value"}: the value may itself hold colons.
-    pick = (f"jsonb_build_object(split_part('${variable}', ':', 1),"
-            f" substr('${variable}', strpos('${variable}', ':') + 1))")
+    # `key:value` -> {"key": "value"}: the value may itself hold colons; empty: any labels.
+    v = f"'${variable}'"
+    pick = (f"({v} = '' OR labels @> jsonb_build_object("
+            f"split_part({v}, ':', 1), substr({v}, strpos({v}, ':') + 1)))")
+    # The baseline's range is the dashboard's, moved back by $baseline_shift.
+    shift = "interval '$baseline_shift'" if name == "b" else "interval '0 days'"
+    window = (f"first_at >= ($__timeFrom())::timestamptz - {shift}"
+              f" AND first_at < ($__timeTo())::timestamptz - {shift}")
     sums = ",\n".join(f"sum({t}_{c}_gpu_us)::float8 AS {t}_{c}" for t, c in _CELLS)
     return f"""{name} AS (
     SELECT sum(effective_gpu_us)::float8 AS e,
 {sums}
     FROM job_impact
-    WHERE $__timeFilter(first_at) AND team = '$team' AND NOT running
-      AND labels @> {pick})"""
+    WHERE {window} AND team = '$team' AND NOT running
+      AND {pick})"""
 
 
 def _savings_sql(select: str) -> str:
@@ -78,10 +87,11 @@ def panels() -> list[PanelBuilder]:
     return [
         table_panel(
             "Impact: savings by term and component (GPU-hours)",
-            "Jobs of $team first allocated in the range, $candidate_label against "
-            "$baseline_label: the overhead the candidate avoided for the useful work it did, "
-            "(O_B/E_B - O_C/E_C) * E_C per Level-1 term and component. Negative: a "
-            "regression. See docs/impact.md.",
+            "Jobs of $team first allocated in the range labelled $candidate_label, against "
+            "those labelled $baseline_label first allocated in the range moved back by "
+            "$baseline_shift (an empty label takes every job): the overhead the candidate "
+            "avoided for the useful work it did, (O_B/E_B - O_C/E_C) * E_C per Level-1 term "
+            "and component. Negative: a regression. See docs/impact.md.",
             [sql(BY_TERM_COMPONENT)], w=16, h=9),
         table_panel(
             "Impact: who gets the credit",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -78,33 +78,52 @@ def test_a_rollout_steps_up_at_each_annotated_change(api, app_context) -> None:
                if c != "compilation")
 
 
-def test_the_team_dashboards_impact_view_shows_the_apis_figures(api, app_context,
-                                                                 db_engine) -> None:
-    pytest.importorskip("grafana_foundation_sdk")
+def _dashboard_impact(conn, variables: dict, start: datetime, end: datetime):
     from sqlalchemy import text
 
     from dashboards.queries import all_sql
 
+    queries = {title: q for uid, title, q in all_sql(variables, start, end)
+               if uid == "ett-team" and title.startswith("Impact")}
+    rows = conn.execute(text(queries["Impact: savings by term and component (GPU-hours)"]
+                             .replace(":", "\\:"))).mappings().all()
+    credit = conn.execute(text(queries["Impact: who gets the credit"]
+                               .replace(":", "\\:"))).mappings().one()
+    return rows, credit
+
+
+def test_the_team_dashboards_impact_view_shows_the_apis_figures(api, app_context,
+                                                                 db_engine) -> None:
+    pytest.importorskip("grafana_foundation_sdk")
     app_context.aggregator.clock = fixed(NOW)
-    post_all(api, [e for run in paired.paired_events(paired.ANCHOR) for e in run])
+    # The baseline runs a week before the optimized ones: two labels or two periods.
+    week_before = paired.ANCHOR - timedelta(days=7)
+    post_all(api, [e for run in paired.paired_events(week_before) for e in run
+                   if ".baseline" in e["job_id"]])
+    post_all(api, [e for run in paired.paired_events(paired.ANCHOR) for e in run
+                   if ".optimized" in e["job_id"]])
     api.post("/v1/aggregate")
-    queries = {title: q for uid, title, q in all_sql(
-        {"team": paired.TEAM, "model": "x"}, datetime(2026, 11, 1, tzinfo=UTC), NOW)
-        if uid == "ett-team" and title.startswith("Impact")}
     expected = paired.paired_impacts()["all"]
+    by_labels = {"team": paired.TEAM, "model": "x"}
+    by_periods = {**by_labels, "baseline_label": "", "candidate_label": "",
+                  "baseline_shift": "7 days"}
     with db_engine.connect() as conn:
-        rows = conn.execute(text(queries["Impact: savings by term and component (GPU-hours)"]
-                                 .replace(":", "\\:"))).mappings().all()
-        credit = conn.execute(text(queries["Impact: who gets the credit"]
-                                   .replace(":", "\\:"))).mappings().one()
+        answers = [
+            _dashboard_impact(conn, by_labels, week_before - timedelta(hours=1), NOW),
+            _dashboard_impact(conn, by_periods, paired.ANCHOR - timedelta(hours=1),
+                              paired.ANCHOR + timedelta(days=2)),
+        ]
     by_tc = expected["savings"]["by_term_component"]
-    for row in rows:
-        for term in by_tc:
-            assert row[term] == pytest.approx(by_tc[term][row["component"]] / 3600, abs=1e-9)
-    assert credit["saved GPU-hours"] == pytest.approx(
-        expected["savings"]["total_gpu_seconds"] / 3600)
-    assert credit["recovery share"] == pytest.approx(expected["recovery_share"])
-    assert credit["startup credit, direct"] == pytest.approx(
-        expected["startup_credit"]["direct"])
-    assert credit["startup credit, with cascade"] == pytest.approx(
-        expected["startup_credit"]["cascade"])
+    for rows, credit in answers:
+        assert len(rows) == 7
+        for row in rows:
+            for term in by_tc:
+                assert row[term] == pytest.approx(by_tc[term][row["component"]] / 3600,
+                                                  abs=1e-9)
+        assert credit["saved GPU-hours"] == pytest.approx(
+            expected["savings"]["total_gpu_seconds"] / 3600)
+        assert credit["recovery share"] == pytest.approx(expected["recovery_share"])
+        assert credit["startup credit, direct"] == pytest.approx(
+            expected["startup_credit"]["direct"])
+        assert credit["startup credit, with cascade"] == pytest.approx(
+            expected["startup_credit"]["cascade"])
