@@ -8,7 +8,19 @@ import sys
 import time
 import traceback
 
-from . import advice, aggregation, console, engine, ingest, otlp, reads, sdk, single, slow_clients
+from . import (
+    advice,
+    aggregation,
+    console,
+    engine,
+    impact,
+    ingest,
+    otlp,
+    reads,
+    sdk,
+    single,
+    slow_clients,
+)
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -23,6 +35,7 @@ BENCHMARKS = {
     "otlp": (otlp, False),
     "advice": (advice, True),
     "slow_clients": (slow_clients, True),
+    "impact": (impact, True),
 }
 
 

@@ -31,7 +31,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import JobComputation, Taxonomy, compute_job
 from service.aggregation.open_job_cache import OpenJobCache
-from service.results import quarantine
+from service.results import impact, quarantine
 from service.results.checkpoint_facts import replace_checkpoint_facts
 from service.settings import Settings
 from service.store import results as store
@@ -326,6 +326,7 @@ class Aggregator:
         store.update_jobs(conn, updated, formatter, deltas)
         store.apply_deltas(conn, deltas)
         replace_checkpoint_facts(conn, jobs, comps)
+        impact.replace_job_impact(conn, jobs, comps)
 
     def run_loop(self, interval_s: float, stop: threading.Event) -> None:
         """Run passes every `interval_s` until `stop` is set; errors are logged, not fatal."""

@@ -30,7 +30,7 @@ from service.taxonomy import taxonomy_from
 from service.wire.schema import openapi_components
 from service.wire.span_mapping import load_mapping
 
-from . import admin_routes, advice_routes, health, read_routes
+from . import admin_routes, advice_routes, health, impact_routes, read_routes
 from .request_metrics import HttpMetrics, MetricsMiddleware
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.include_router(health.build_router(ctx.engine))
     app.include_router(read_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
     app.include_router(advice_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
+    app.include_router(impact_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
     if ctx.aggregator is not None:
         app.include_router(admin_routes.build_router(ctx.aggregator, ctx.auth))
     for router in ctx.extra_routers:

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from ett_core.taxonomy import COMPONENTS
 from service.access.auth import Authenticator
 from service.errors import NotFound, Unprocessable
+from service.results.impact import job_labels
 from service.store import queries as q
 from service.wire.event import WireError, parse_rfc3339
 
@@ -169,6 +170,8 @@ def build_router(engine: Engine, auth: Authenticator,
         def load() -> tuple[dict[str, Any] | None, bool]:
             with engine.connect() as conn:
                 result = q.job_result(conn, job_id)
+                if result is not None:
+                    result["labels"] = job_labels(conn, job_id)
                 return result, result is None and q.job_has_events(conn, job_id)
 
         result, pending = await run_in_threadpool(load)

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from ett_core.taxonomy import RESERVED_PHASES  # re-exported for the fast path
+from service.wire.labels import LabelError, check_labels
 
 EVENT_TYPES = frozenset(
     {"allocated", "released", "phase_start", "phase_end", "checkpoint", "failure", "heartbeat"}
@@ -181,6 +182,11 @@ def attrs_json(value: Any, etype: str) -> str | None:
         and not isinstance(value["background"], bool)
     ):
         raise WireError("attrs.background: must be true or false")
+    if etype == "allocated" and "labels" in value:
+        try:
+            check_labels(value["labels"])
+        except LabelError as exc:
+            raise WireError(str(exc)) from None
     return dumped.decode()
 
 
