@@ -8,7 +8,19 @@ import sys
 import time
 import traceback
 
-from . import advice, aggregation, console, engine, ingest, otlp, reads, sdk, single
+from . import (
+    advice,
+    aggregation,
+    console,
+    engine,
+    impact,
+    ingest,
+    otlp,
+    reads,
+    sdk,
+    single,
+    slow_clients,
+)
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -22,6 +34,8 @@ BENCHMARKS = {
     "console": (console, True),
     "otlp": (otlp, False),
     "advice": (advice, True),
+    "slow_clients": (slow_clients, True),
+    "impact": (impact, True),
 }
 
 

@@ -229,3 +229,30 @@ def assign_panel_ids(model: dash_m.Dashboard) -> dash_m.Dashboard:
             inner.id_val = next_id
             next_id += 1
     return model
+
+
+# ---- annotations -----------------------------------------------------------------------
+
+def changes_annotation(team_list: str, model_list: str | None) -> cogbuilder.Builder[Any]:
+    """Markers for the service's annotations (`POST /v1/annotations`), from the SQL source.
+
+    `team_list` / `model_list` are SQL lists of the dashboard's picks (`$team` for a multi
+    variable, `'$model'` for a single one). Fleet-wide annotations (no team) and ones with
+    no model globs show on every view; a glob is matched like a token's model pattern.
+    """
+    models = "" if model_list is None else f"""
+          AND (cardinality(models) = 0 OR EXISTS (
+               SELECT 1 FROM unnest(models) AS p(glob),
+                             unnest(ARRAY[{model_list}]::text[]) AS m(name)
+               WHERE m.name LIKE
+                     replace(replace(replace(p.glob, '_', '\\_'), '*', '%'), '?', '_')))"""
+    raw = f"""
+        SELECT ts AS "time", title || coalesce(': ' || text, '') AS text,
+               array_to_string(tags, ',') AS tags
+        FROM annotations
+        WHERE $__timeFilter(ts)
+          AND (team IS NULL OR team IN ({team_list})){models}
+        ORDER BY ts"""
+    # The SQL target goes where Grafana's annotation query reads it (`target`).
+    return (dash.AnnotationQuery().name("Changes (ETT annotations)").datasource(SQL)
+            .enable(True).icon_color("#8F3BB8").target(sql(raw, ref_id="Anno")))

@@ -15,6 +15,7 @@ from .common import (
     PanelBuilder,
     assign_panel_ids,
     bargauge_panel,
+    changes_annotation,
     datasource_variables,
     model_variable,
     new_dashboard,
@@ -196,4 +197,5 @@ def build() -> dash_m.Dashboard:
     d = d.with_row(row("History (PostgreSQL rollups)"))
     for p in _history():
         d = d.with_panel(p)
+    d = d.annotation(changes_annotation('$team', '$model'))
     return assign_panel_ids(d.build())

@@ -13,6 +13,7 @@ from .common import (
     PanelBuilder,
     assign_panel_ids,
     bargauge_panel,
+    changes_annotation,
     datasource_variables,
     model_variable,
     new_dashboard,
@@ -187,4 +188,5 @@ def build() -> dash_m.Dashboard:
     d = d.with_row(row("Jobs and Level 1 (PostgreSQL)"))
     for p in _history():
         d = d.with_panel(p)
+    d = d.annotation(changes_annotation('$team', "'$model'"))
     return assign_panel_ids(d.build())

@@ -43,6 +43,10 @@ def _stats() -> list[PanelBuilder]:
         stat_panel("Aggregation lag", "Age of the oldest job waiting to be recomputed.",
                    [promql("max(ett_aggregation_lag_seconds)", instant=True)], SECONDS,
                    thresholds=[(None, "green"), (120, "orange"), (300, "red")]),
+        stat_panel("Quarantined jobs", "Jobs the aggregator could not compute or store, held "
+                   "out until their events change (GET /v1/admin/quarantine lists them).",
+                   [promql("max(ett_aggregation_quarantined_jobs)", instant=True)], "none",
+                   thresholds=[(None, "green"), (1, "red")]),
         stat_panel("Rejected events", "Share of posted events rejected over the range.",
                    [promql(f'sum(increase({INGESTED}{{outcome="rejected"}}[$__range]))\n/\n'
                            f"sum(increase({INGESTED}[$__range]))", instant=True)], RATIO,

@@ -112,8 +112,14 @@ def all_sql(variables: Mapping[str, str | list[str]], time_from: datetime | None
         values = {name: _sql_value(var, variables[name])
                   for name, var in templating.items()
                   if var.get("type") == "query" and name in variables}
+        # A text box is substituted raw (quotes doubled), its default unless given.
+        values.update({name: str(variables.get(name, var.get("query", ""))).replace("'", "''")
+                       for name, var in templating.items() if var.get("type") == "textbox"})
         values["__interval"] = interval
         queries = [(title, t["rawSql"]) for title, t in iter_targets(doc) if "rawSql" in t]
+        queries += [(f"annotation {a['name']}", a["target"]["rawSql"])
+                    for a in doc.get("annotations", {}).get("list", [])
+                    if "rawSql" in (a.get("target") or {})]
         if include_variables:
             queries += [(f"variable {name}", var["query"]) for name, var in templating.items()
                         if var.get("type") == "query"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from . import slo_panels
+from . import impact_panels, slo_panels
 from .common import (
     GPU_HOURS,
     PROM,
@@ -15,6 +15,7 @@ from .common import (
     PanelBuilder,
     assign_panel_ids,
     bargauge_panel,
+    changes_annotation,
     datasource_variables,
     new_dashboard,
     promql,
@@ -134,7 +135,8 @@ def build() -> dash_m.Dashboard:
     d = new_dashboard(UID, "ETT / Team",
                       "One team's bill: the GPU time its phases cost, by phase and by model, "
                       "and its SLOs. See docs/dashboards.md.", ["team"], "now-7d")
-    for v in [*datasource_variables(), team_variable(multi=False, include_owners=True)]:
+    for v in [*datasource_variables(), team_variable(multi=False, include_owners=True),
+              *impact_panels.label_variables()]:
         d = d.with_variable(v)
     d = d.with_row(row("Now (Prometheus)"))
     for p in _stats():
@@ -142,7 +144,11 @@ def build() -> dash_m.Dashboard:
     d = d.with_row(row("Bill"))
     for p in _bill():
         d = d.with_panel(p)
+    d = d.with_row(row("Impact (two labelled cohorts over the range)"))
+    for p in impact_panels.panels():
+        d = d.with_panel(p)
     d = d.with_row(row("SLOs"))
     for p in _slos():
         d = d.with_panel(p)
+    d = d.annotation(changes_annotation("'$team'", None))
     return assign_panel_ids(d.build())

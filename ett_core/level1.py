@@ -85,6 +85,10 @@ class Level1:
     in_loop_overhead_us: int
     final_shutdown_us: int
     breakdown: Mapping[str, Mapping[str, int]]  # term -> component -> microseconds
+    # The same in GPU-microseconds: each attempt's time weighted by its own GPU count (a
+    # recovery's lost progress at the failed attempt's, its restart at the next one's).
+    # Cohorts (impact, what-if) add these over jobs.
+    gpu_breakdown: Mapping[str, Mapping[str, int]]
 
     @property
     def nof(self) -> int:
@@ -112,30 +116,40 @@ class Level1:
         )
 
 
-def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+def _add(into: dict[str, int], more: Mapping[str, int], weight: int = 1) -> None:
     for component, amount in more.items():
-        into[component] += amount
+        into[component] += amount * weight
+
+
+def _frozen(breakdown: dict[str, dict[str, int]]) -> Mapping[str, Mapping[str, int]]:
+    return MappingProxyType({t: MappingProxyType(c) for t, c in breakdown.items()})
 
 
 def combine(frames: Sequence[AttemptFrame], terms: Sequence[AttemptTerms]) -> Level1:
     """Chain attempts: each interruption's TTR takes the next attempt's startup."""
     breakdown = {term: _zeros() for term in TERMS}
+    gpu = {term: _zeros() for term in TERMS}
     recoveries: list[tuple[int, str, dict[str, int]]] = []
     pending: tuple[int, str, dict[str, int]] | None = None
     for frame, own in zip(frames, terms, strict=True):
+        g = frame.gpus
         if pending is not None:
             _add(pending[2], own.startup)
+            _add(gpu["ttr"], own.startup, g)
             recoveries.append(pending)
             pending = None
         else:
             # The first start, or a restart after a clean end (a resubmitted job): a start
             # that no interruption caused is time to start, not time to recover.
             _add(breakdown["tts"], own.startup)
-        _add(breakdown["effective"], own.effective)
-        _add(breakdown["in_loop_overhead"], own.in_loop)
-        _add(breakdown["final_shutdown"], own.final_shutdown)
+            _add(gpu["tts"], own.startup, g)
+        for term, part in (("effective", own.effective), ("in_loop_overhead", own.in_loop),
+                           ("final_shutdown", own.final_shutdown)):
+            _add(breakdown[term], part)
+            _add(gpu[term], part, g)
         if frame.interrupted:
             pending = (frame.attempt, frame.cause or "lost", dict(own.own_recovery))
+            _add(gpu["ttr"], own.own_recovery, g)
     if pending is not None:
         recoveries.append(pending)
     for _attempt, _cause, by_component in recoveries:
@@ -148,5 +162,6 @@ def combine(frames: Sequence[AttemptFrame], terms: Sequence[AttemptTerms]) -> Le
         ttr_attempts=tuple(r[0] for r in recoveries),
         in_loop_overhead_us=sum(breakdown["in_loop_overhead"].values()),
         final_shutdown_us=sum(breakdown["final_shutdown"].values()),
-        breakdown=MappingProxyType({t: MappingProxyType(c) for t, c in breakdown.items()}),
+        breakdown=_frozen(breakdown),
+        gpu_breakdown=_frozen(gpu),
     )

@@ -7,6 +7,10 @@ killed at any point leaves the previous results intact, and running a pass twice
 nothing. Several aggregators share the work through per-job advisory locks taken with
 `pg_try_advisory_xact_lock`: a job another aggregator holds is skipped, never waited for,
 so two aggregators cannot deadlock or double-count (docs/operations.md).
+
+One job whose computation or storage fails never fails the pass: its chunk is stored again
+one job at a time, each in its own savepoint, and the job that fails is quarantined
+(`service/results/quarantine.py`) until its events change.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import JobComputation, Taxonomy, compute_job
 from service.aggregation.open_job_cache import OpenJobCache
+from service.results import impact, quarantine
 from service.results.checkpoint_facts import replace_checkpoint_facts
 from service.settings import Settings
 from service.store import results as store
@@ -43,6 +48,7 @@ class PassReport:
     jobs_recomputed: int = 0
     jobs_skipped_locked: int = 0
     jobs_failed: int = 0
+    jobs_quarantined: int = 0
     lag_seconds: float = 0.0
     failed_jobs: list[str] = field(default_factory=list)
 
@@ -59,6 +65,7 @@ class PassReport:
             "jobs_recomputed": self.jobs_recomputed,
             "jobs_skipped_locked": self.jobs_skipped_locked,
             "jobs_failed": self.jobs_failed,
+            "jobs_quarantined": self.jobs_quarantined,
             "lag_seconds": self.lag_seconds,
         }
 
@@ -126,6 +133,8 @@ class Aggregator:
         self.last_report: PassReport | None = None
         self.last_success_at: datetime | None = None
         self.passes_failed = 0
+        # A new process may run fixed code: its first pass retries the quarantined jobs.
+        self._quarantine_retried = False
 
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
@@ -147,7 +156,16 @@ class Aggregator:
             report = PassReport(started_at=now)
             with self.engine.connect() as conn:
                 dirty = store.dirty_candidates(conn)
-                jobs = sorted(set(dirty) | set(store.open_jobs(conn)))
+                # A quarantined job waits for new events: recomputed unchanged, it would
+                # fail the same way every pass. A new process may run fixed code, so its
+                # first pass retries them all once.
+                held = quarantine.held_back(conn)
+                retry: set[str] = set()
+                if not self._quarantine_retried:
+                    retry, held = held, set()
+                    self._quarantine_retried = True
+                jobs = sorted((set(dirty) | set(store.open_jobs(conn)) | retry)
+                              - (set() if recompute_all else held))
                 if not recompute_all:
                     total = len(jobs)
                 else:  # counted only for a progress bar; a share's size is not known ahead
@@ -170,6 +188,8 @@ class Aggregator:
                 done += len(chunk)
                 if progress is not None:
                     progress(done, max(total, done) if total else 0)
+            with self.engine.connect() as conn:
+                report.jobs_quarantined = quarantine.count(conn)
             report.finished_at = self.clock()
             self.last_report = report
             self.last_success_at = report.finished_at
@@ -204,13 +224,15 @@ class Aggregator:
         if pending:
             yield pending
 
-    def _compute(self, job_id: str, events: Sequence, now_us: int) -> JobComputation | None:
+    def _compute(self, job_id: str, events: Sequence, now_us: int
+                 ) -> JobComputation | str:
+        """The job's computation, or the error that stopped it."""
         try:
             return compute_job(events, taxonomy=self.taxonomy, now_us=now_us,
                                heartbeat_timeout_us=self.heartbeat_timeout_us)
-        except Exception:  # one bad job must not stop the fleet's numbers
+        except Exception as exc:  # one bad job must not stop the fleet's numbers
             log.exception("aggregation: engine failed for job_id=%s", job_id)
-            return None
+            return f"engine: {type(exc).__name__}: {exc}"
 
     def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport,
                    remember: bool = True) -> None:
@@ -232,30 +254,55 @@ class Aggregator:
             if missing:
                 events.update(store.load_events(conn, missing))
             computed: list[tuple[str, JobComputation]] = []
-            failed: list[str] = []
+            failed: dict[str, str] = {}
+            formatter = RowFormatter(now_us)
+            rows = {}
             for job_id in locked:
                 job_events = events.get(job_id, [])
-                comp = self._compute(job_id, job_events, now_us) if job_events else None
-                if job_events and comp is None:
-                    failed.append(job_id)
-                elif comp is not None and comp.result.attempts:
+                if not job_events:
+                    continue
+                comp = self._compute(job_id, job_events, now_us)
+                if isinstance(comp, str):
+                    failed[job_id] = comp
+                elif comp.result.attempts:
+                    try:
+                        rows[job_id] = formatter.job_rows(job_id, comp)
+                    except Exception as exc:  # a value no row can hold
+                        log.exception("aggregation: rows failed for job_id=%s", job_id)
+                        failed[job_id] = f"rows: {type(exc).__name__}: {exc}"
+                        continue
                     computed.append((job_id, comp))
-            # A failed job keeps its previous results and its queue rows (it is retried).
-            failed_set = set(failed)
-            formatter = RowFormatter(now_us)
-            rows = {job: formatter.job_rows(job, comp) for job, comp in computed}
-            # Rewritten in part: the rows stored for them are the cached ones.
-            partial = cached.keys() & rows.keys()
-            updated = [(cached[j].rows, rows[j]) for j in locked if j in partial]
-            replaced = [j for j in locked if j not in failed_set and j not in partial]
-            deltas = store.Deltas.empty()
-            store.delete_job_rows(conn, replaced, deltas)
-            store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
-            store.update_jobs(conn, updated, formatter, deltas)
-            store.apply_deltas(conn, deltas)
-            replace_checkpoint_facts(conn, [j for j in locked if j not in failed_set],
-                                     dict(computed))
-            store.consume_dirty(conn, [seq for job, seq in seqs if job not in failed_set])
+            # A failed job keeps its previous results.
+            ok = [j for j in locked if j not in failed]
+            comps = dict(computed)
+            try:
+                with conn.begin_nested():
+                    self._write(conn, ok, rows, cached, formatter, comps)
+            except (OperationalError, InterfaceError):
+                raise  # the database, not a job: the chunk is retried as a whole
+            except Exception:
+                log.warning("aggregation: storing %d jobs failed; storing them one at a time",
+                            len(ok), exc_info=True)
+                for job_id in ok:
+                    try:
+                        with conn.begin_nested():
+                            self._write(conn, [job_id], rows, {}, formatter, comps)
+                    except (OperationalError, InterfaceError):
+                        raise
+                    except Exception as exc:
+                        log.exception("aggregation: storing job_id=%s failed", job_id)
+                        failed[job_id] = f"store: {type(exc).__name__}: {exc}"
+            last_seq: dict[str, int] = {}
+            for job, seq in seqs:
+                last_seq[job] = max(seq, last_seq.get(job, 0))
+            # Its queue rows are consumed too: quarantine, not the queue, brings it back,
+            # once a newer queue row (new events) shows up.
+            quarantine.quarantine(conn, [(j, e, last_seq.get(j, 0)) for j, e in failed.items()],
+                                  now)
+            quarantine.release(conn, [j for j in locked if j not in failed])
+            store.consume_dirty(conn, [seq for _job, seq in seqs])
+            computed = [(j, c) for j, c in computed if j not in failed]
+            rows = {j: r for j, r in rows.items() if j not in failed}
         # Committed: what was written at `now` is what the cache may now vouch for.
         # A recompute of everything runs in a one-shot process (`ett aggregate --recompute-all`):
         # keeping its running jobs would only cost memory and collector time. It still
@@ -265,6 +312,21 @@ class Aggregator:
         report.jobs_recomputed += len(computed)
         report.jobs_failed += len(failed)
         report.failed_jobs.extend(failed)
+
+    @staticmethod
+    def _write(conn: Connection, jobs: list[str], rows: dict, cached: dict,
+               formatter: RowFormatter, comps: dict[str, JobComputation]) -> None:
+        """Replace the stored results of `jobs` (a cached running job only in part)."""
+        partial = cached.keys() & rows.keys()
+        updated = [(cached[j].rows, rows[j]) for j in jobs if j in partial]
+        replaced = [j for j in jobs if j not in partial]
+        deltas = store.Deltas.empty()
+        store.delete_job_rows(conn, replaced, deltas)
+        store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
+        store.update_jobs(conn, updated, formatter, deltas)
+        store.apply_deltas(conn, deltas)
+        replace_checkpoint_facts(conn, jobs, comps)
+        impact.replace_job_impact(conn, jobs, comps)
 
     def run_loop(self, interval_s: float, stop: threading.Event) -> None:
         """Run passes every `interval_s` until `stop` is set; errors are logged, not fatal."""

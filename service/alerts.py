@@ -242,6 +242,8 @@ def _alerting_rules(slo: Slo, spec: SloSpec,
         rules.append({"alert": slo.alert, "expr": expr,
                       "labels": _alert_labels(slo, severity, slo.team),
                       "annotations": _annotations(slo, spec, severity, names)})
+    if slo.sli == "pipeline_freshness":
+        rules.append(_quarantine_rule(slo, spec))
     metric = absent_metric(slo)
     rules.append({
         "alert": "EttSloDataAbsent",
@@ -257,6 +259,27 @@ def _alerting_rules(slo: Slo, spec: SloSpec,
         },
     })
     return rules
+
+
+QUARANTINE_ALERT = "EttAggregationQuarantine"
+
+
+def _quarantine_rule(slo: Slo, spec: SloSpec) -> dict[str, Any]:
+    """Jobs held out of aggregation: their figures are missing from every number until
+    someone looks. It rides with the freshness SLO (the same pipeline, the same owner)."""
+    return {
+        "alert": QUARANTINE_ALERT,
+        "expr": "max(ett_aggregation_quarantined_jobs) > 0",
+        "for": format_duration(min(spec.absent_for_s, 900)),
+        "labels": _alert_labels(slo, "page", spec.data_team),
+        "annotations": {
+            "summary": "{{ $value }} jobs are quarantined by the aggregator",
+            "description": ("The aggregator could not compute or store these jobs; their"
+                            " results are stale and missing from fleet figures until their"
+                            " events change. GET /v1/admin/quarantine lists each error."),
+            "runbook_url": f"{spec.runbook_base_url}/{QUARANTINE_ALERT}.md",
+        },
+    }
 
 
 def render_rule_files(spec: SloSpec, window_scale: float = 1.0,
@@ -376,8 +399,10 @@ def render_alertmanager_config(teams: TeamsSpec, webhook_base: str | None = None
         "inhibit_rules": [
             {
                 # A stale or broken pipeline makes every other ETT number wrong: page about
-                # the pipeline only. Pipeline tickets do not mute anything.
-                "source_matchers": ['category="pipeline"', 'severity="page"'],
+                # the pipeline only. Pipeline tickets do not mute anything, nor do
+                # quarantined jobs (the rest of the fleet's figures are right).
+                "source_matchers": ['category="pipeline"', 'severity="page"',
+                                    f'alertname!="{QUARANTINE_ALERT}"'],
                 "target_matchers": ['category!="pipeline"'],
             },
             {

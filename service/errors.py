@@ -33,8 +33,21 @@ class NotFound(EttError):
     status_code = 404
 
 
+class RequestTimeout(EttError):
+    """The client did not send its body within the request's deadline."""
+
+    status_code = 408
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"Connection": "close"})
+
+
 class PayloadTooLarge(EttError):
     status_code = 413
+
+
+class UnsupportedMediaType(EttError):
+    status_code = 415
 
 
 class Unprocessable(EttError):

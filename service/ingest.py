@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +22,8 @@ from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
 from service.wire.batch import ValidatedBatch, WriteScope, validate_batch
+from service.wire.body import read_body
+from service.wire.ownership import OwnerCache, OwnershipCheck
 from service.wire.span_mapping import SpanMapping
 from service.wire.spans import events_of
 
@@ -36,28 +39,42 @@ class IngestLimits:
     max_in_flight: int = 128
     max_in_flight_bytes: int = 64 * 1024 * 1024
     statement_timeout_ms: int = 10_000
+    max_in_flight_per_token: int = 32
+    body_deadline_s: float = 30.0
 
 
 class InFlightLimit:
-    """Admission control: at most so many ingest requests and body bytes in one process.
+    """Admission control: at most so many ingest requests and body bytes in one process,
+    and at most `per_token` of the requests for any one token.
 
-    A burst beyond it gets 503 + Retry-After at once instead of queueing in memory. Only
-    touched from the event loop's thread, so plain counters need no lock.
+    A burst beyond it gets 503 + Retry-After at once instead of queueing in memory. The
+    per-token share keeps one writer's slow or idle connections (each held at most the
+    body deadline) from taking every slot: 130 stalled sockets of one token once answered
+    every other writer, admin included, 503. Only touched from the event loop's thread, so
+    plain counters need no lock.
     """
 
     RETRY_AFTER_S = 1
 
-    def __init__(self, max_requests: int, max_bytes: int) -> None:
+    def __init__(self, max_requests: int, max_bytes: int, per_token: int | None = None
+                 ) -> None:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
+        self.per_token = per_token or max_requests
         self.requests = 0
         self.bytes = 0
+        self.by_token: dict[str, int] = {}
 
-    def admit(self) -> None:
+    def admit(self, token: str = "") -> None:
         if self.requests >= self.max_requests:
             raise Unavailable(f"ingest is at its limit of {self.max_requests} concurrent"
                               " requests; retry later", retry_after_s=self.RETRY_AFTER_S)
+        held = self.by_token.get(token, 0)
+        if held >= self.per_token:
+            raise Unavailable(f"this token is at its limit of {self.per_token} concurrent"
+                              " ingest requests; retry later", retry_after_s=self.RETRY_AFTER_S)
         self.requests += 1
+        self.by_token[token] = held + 1
 
     def charge(self, n: int) -> None:
         if self.bytes + n > self.max_bytes:
@@ -65,9 +82,31 @@ class InFlightLimit:
                               " bodies in flight; retry later", retry_after_s=self.RETRY_AFTER_S)
         self.bytes += n
 
-    def release(self, n_bytes: int) -> None:
+    def release(self, n_bytes: int, token: str = "") -> None:
         self.requests -= 1
         self.bytes -= n_bytes
+        left = self.by_token[token] - 1
+        if left:
+            self.by_token[token] = left
+        else:
+            del self.by_token[token]
+
+    @contextmanager
+    def admitted(self, token: str) -> Iterator[Callable[[int], None]]:
+        """Hold one slot of `token` for the block; yield the byte charger, whose bytes are
+        given back with the slot."""
+        self.admit(token)
+        charged = 0
+
+        def charge(n: int) -> None:
+            nonlocal charged
+            self.charge(n)
+            charged += n
+
+        try:
+            yield charge
+        finally:
+            self.release(charged, token)
 
 
 @dataclass
@@ -78,31 +117,6 @@ class BatchOutcome:
 
     def to_wire(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "duplicates": self.duplicates, "rejected": self.rejected}
-
-
-async def read_limited_body(request: Request, limit: int,
-                            charge: Callable[[int], None] | None = None) -> bytearray:
-    """Read the body, refusing as soon as it passes `limit` (chunked bodies included).
-
-    Chunks go into one growing buffer (no list of chunks joined into a second copy), and each
-    is charged to `charge` (the in-flight byte budget) as it arrives.
-    """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            declared_n = int(declared)
-        except ValueError:
-            raise BadRequest("Content-Length header is not a number") from None
-        if declared_n > limit:
-            raise PayloadTooLarge(f"body of {declared_n} bytes exceeds the limit of {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > limit:
-            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
-        if charge is not None:
-            charge(len(chunk))
-        body += chunk
-    return body
 
 
 def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
@@ -126,7 +140,8 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     return events
 
 
-def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0) -> int:
+def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0,
+          admit: OwnershipCheck | None = None) -> int:
     """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
 
     Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
@@ -135,7 +150,7 @@ def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms
     with db_unavailable("ingest"), engine.begin() as conn:
         if statement_timeout_ms:
             conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
-        return store_rows(conn.connection.driver_connection, lines, jobs)
+        return store_rows(conn.connection.driver_connection, lines, jobs, admit)
 
 
 def build_router(
@@ -152,7 +167,9 @@ def build_router(
     `ett serve` passes) batches are stored on the event loop; without it through `engine`,
     in a worker thread."""
     router = APIRouter()
-    in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes)
+    in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
+                              limits.max_in_flight_per_token)
+    owners = OwnerCache()
     mapping = span_mapping or SpanMapping()
 
     def validated(raw: list[Any], principal: WriteScope) -> ValidatedBatch:
@@ -162,14 +179,21 @@ def build_router(
             raise Forbidden(_forbidden_summary(batch.forbidden))
         return batch
 
-    async def stored(batch: ValidatedBatch) -> int:
-        """Store a validated batch; how many of its events were new."""
+    async def stored(batch: ValidatedBatch) -> tuple[int, OwnershipCheck]:
+        """Store a validated batch: how many of its events were new, and the ownership
+        check that kept or rejected each event (its `kept` and `rejected`)."""
+        owned = OwnershipCheck(batch)
+        cached = owned.from_cache(owners)
+        lines, admit = (batch.lines, owned) if cached is None else (cached, None)
         if pool is not None:
-            return await pool.store(batch.lines, batch.jobs)
-        if batch.lines:
-            return await run_in_threadpool(store, engine, batch.lines, batch.jobs,
-                                           limits.statement_timeout_ms)
-        return 0
+            inserted = await pool.store(lines, batch.jobs, admit)
+        elif lines:
+            inserted = await run_in_threadpool(store, engine, lines, batch.jobs,
+                                               limits.statement_timeout_ms, admit)
+        else:
+            inserted = 0
+        owners.learn(owned.seen)  # committed: store returns only after COMMIT
+        return inserted, owned
 
     def report(outcome: BatchOutcome, principal_id: str, route: str) -> None:
         log.debug("%s batch: accepted=%d duplicates=%d rejected=%d token=%s", route,
@@ -192,26 +216,17 @@ def build_router(
         principal = auth.authenticate(request.headers.get("authorization"))
         if principal.role == "reader":
             raise Forbidden("a reader token may not post events")
-        in_flight.admit()
-        charged = 0
-
-        def charge(n: int) -> None:
-            nonlocal charged
-            in_flight.charge(n)
-            charged += n
-
-        try:
+        with in_flight.admitted(principal.token_id or "") as charge:
             # No name keeps the body or the parsed batch alive past validation.
             batch = validated(
-                parse_batch(await read_limited_body(request, limits.max_body_bytes, charge),
+                parse_batch(await read_body(request, limit=limits.max_body_bytes,
+                                            deadline_s=limits.body_deadline_s, charge=charge),
                             limits.max_batch_events), principal)
-            inserted = await stored(batch)
-        finally:
-            in_flight.release(charged)
+            inserted, owned = await stored(batch)
         outcome = BatchOutcome(
             accepted=inserted,
-            duplicates=len(batch.lines) - inserted + batch.in_batch_duplicates,
-            rejected=batch.rejected,
+            duplicates=owned.kept - inserted + batch.in_batch_duplicates,
+            rejected=sorted(batch.rejected + owned.rejected, key=lambda r: r["index"]),
         )
         report(outcome, principal.token_id, "ingest")
         return Response(orjson.dumps(outcome.to_wire()), status_code=202,
@@ -233,18 +248,10 @@ def build_router(
         if principal.role == "reader":
             raise Forbidden("a reader token may not post spans")
         media = otlp.media_type_of(request.headers.get("content-type"))
-        in_flight.admit()
-        charged = 0
-
-        def charge(n: int) -> None:
-            nonlocal charged
-            in_flight.charge(n)
-            charged += n
-
-        try:
-            body = otlp.decoded_body(
-                await read_limited_body(request, limits.max_body_bytes, charge),
-                request.headers.get("content-encoding"), limits.max_body_bytes)
+        with in_flight.admitted(principal.token_id or "") as charge:
+            body = await read_body(request, limit=limits.max_body_bytes,
+                                   deadline_s=limits.body_deadline_s,
+                                   media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
             mapped = events_of(otlp.spans_of(otlp.parse_request(body, media)), mapping)
             del body
             if len(mapped.events) > limits.max_batch_events:
@@ -252,17 +259,15 @@ def build_router(
                                       f" the limit of {limits.max_batch_events}; send fewer"
                                       " spans per request")
             batch = validated([event for _, event in mapped.events], principal)
-            inserted = await stored(batch)
-        finally:
-            in_flight.release(charged)
+            inserted, owned = await stored(batch)
         # A span is rejected when any of its events is: its other events may be stored,
         # and a corrected re-send stores the rest (the stored ones are duplicates).
         span_errors = dict(mapped.rejected)
-        for item in batch.rejected:
+        for item in batch.rejected + owned.rejected:
             span_errors.setdefault(mapped.events[item["index"]][0], item["error"])
         outcome = BatchOutcome(
             accepted=inserted,
-            duplicates=len(batch.lines) - inserted + batch.in_batch_duplicates,
+            duplicates=owned.kept - inserted + batch.in_batch_duplicates,
             rejected=[{"index": i, "error": e} for i, e in sorted(span_errors.items())],
         )
         report(outcome, principal.token_id, "otlp")

@@ -45,6 +45,13 @@ class Settings(BaseSettings):
         default=64 * 1024 * 1024, ge=1024,
         description="request-body bytes in flight per process; more get 503",
     )
+    ingest_max_in_flight_per_token: int = Field(
+        default=32, ge=1,
+        description="concurrent POST /v1/events per token per process; more get 503",
+    )
+    ingest_body_deadline_s: float = Field(
+        default=30.0, gt=0, description="a request body must arrive within this; else 408",
+    )
     ingest_statement_timeout_ms: int = Field(
         default=10_000, ge=0, description="an ingest transaction's statement timeout (0: none)"
     )
@@ -56,6 +63,10 @@ class Settings(BaseSettings):
     )
 
     log_level: str = "info"
+    metrics_max_models_per_team: int = Field(
+        default=200, ge=1,
+        description="model series per team on /metrics; the rest are summed as model=other",
+    )
     metrics_auth: bool = Field(
         default=False, description="require a token (any role) on /metrics; probes stay open"
     )

@@ -49,6 +49,7 @@ def results_state(engine) -> dict[str, list]:
                  " ORDER BY day, model, team, component, phase, owner",
         "totals": "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0"
                   " ORDER BY model, team, component, owner",
+        "impact": "SELECT * FROM job_impact ORDER BY job_id",
     }
     with engine.connect() as conn:
         return {k: [tuple(r) for r in conn.execute(text(q))] for k, q in queries.items()}
@@ -282,8 +283,8 @@ def test_two_aggregators_at_once_give_the_same_results_as_one(api, agg, db_engin
     assert results_state(db_engine) == together
 
 
-def test_a_job_the_engine_cannot_compute_keeps_its_queue_rows(api, agg, db_engine,
-                                                              monkeypatch) -> None:
+def test_a_job_the_engine_cannot_compute_is_quarantined_until_a_new_process_retries_it(
+        api, agg, db_engine, monkeypatch) -> None:
     post_all(api, spec_example())
     import service.aggregate as module
 
@@ -292,11 +293,16 @@ def test_a_job_the_engine_cannot_compute_keeps_its_queue_rows(api, agg, db_engin
 
     monkeypatch.setattr(module, "compute_job", boom)
     report = agg.run_pass()
-    assert report.jobs_failed == 1
+    assert (report.jobs_failed, report.jobs_quarantined) == (1, 1)
     with db_engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM dirty_jobs")).scalar() > 0
+        error = conn.execute(text("SELECT error FROM aggregation_quarantine")).scalar_one()
+    assert error == "engine: RuntimeError: engine bug"
     monkeypatch.undo()
-    assert agg.run_pass().jobs_recomputed == 1
+    assert agg.run_pass().jobs_recomputed == 0  # unchanged: held out, not retried every pass
+    # A new process (the fix deployed) retries it once.
+    fresh = Aggregator(db_engine, Taxonomy.default(), clock=fixed())
+    report = fresh.run_pass()
+    assert (report.jobs_recomputed, report.jobs_quarantined) == (1, 0)
 
 
 @pytest.mark.slow

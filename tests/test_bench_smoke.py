@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "aggregation", "reads",
-         "console", "otlp", "advice")
+         "console", "otlp", "advice", "slow_clients", "impact")
 
 
 @pytest.mark.slow

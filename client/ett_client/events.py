@@ -10,6 +10,7 @@ where it was made (and raised in strict mode) instead of surfacing later as a re
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -43,6 +44,26 @@ def check_release_reason(reason: object) -> str:
     if reason not in RELEASE_REASONS:
         raise InvalidEventError(f"release reason must be one of {RELEASE_REASONS}, got {reason!r}")
     return str(reason)
+
+
+LABEL_KEY_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+MAX_LABELS = 16
+MAX_LABEL_VALUE = 128
+
+
+def check_labels(labels: object) -> dict[str, str]:
+    """A job's labels as the service accepts them (at most 16 string pairs, keys
+    [a-z_][a-z0-9_]{0,62}, values at most 128 characters): checked here so a bad set is
+    refused in the trainer, not one event later at the server."""
+    if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
+        raise InvalidEventError(f"labels must be a dict of at most {MAX_LABELS} pairs")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not LABEL_KEY_RE.fullmatch(key):
+            raise InvalidEventError(f"label key {key!r} must match [a-z_][a-z0-9_]{{0,62}}")
+        if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE:
+            raise InvalidEventError(f"label {key!r} must be a string of at most"
+                                    f" {MAX_LABEL_VALUE} characters")
+    return dict(labels)
 
 
 def clip_reason(reason: object) -> str:

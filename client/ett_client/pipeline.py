@@ -80,6 +80,14 @@ class Pipeline:
             if self.started:
                 return
             self.started = True
+        # Adopted now, not at the sender's first scan: a recorder that records nothing
+        # still delivers what a killed process left, and its flush/close wait for it.
+        try:
+            if self.spool.adopt_leftovers():
+                logger.info("ett_client: sending events left in the spool by an earlier process")
+        except OSError:
+            logger.exception("ett_client: could not adopt leftover spool segments")
+        with self._cv:
             self._threads = [
                 threading.Thread(target=self._spool_loop, name="ett-client-spool", daemon=True),
                 threading.Thread(target=self._send_loop, name="ett-client-send", daemon=True),
@@ -123,7 +131,15 @@ class Pipeline:
                 if left <= 0:
                     return False
                 self._cv.wait(left)
-            return True
+        # And what earlier processes left (adopted at start): resolved by the sender, which
+        # does not signal per leftover batch, so this polls.
+        while self.spool.leftover_bytes() > 0:
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stop.is_set():
+                return False
+            self._send_wake.set()
+            time.sleep(min(left, 0.02))
+        return True
 
     def stop(self, timeout_s: float) -> bool:
         """Stop both threads; True if they ended in time (then the spool is closed too)."""

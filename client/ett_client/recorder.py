@@ -174,15 +174,26 @@ class Recorder:
         return self._on
 
     @guarded()
-    def allocated(self, gpus: int | None = None) -> None:
-        """The attempt now holds its accelerators (call first thing in the process)."""
+    def allocated(self, gpus: int | None = None,
+                  labels: dict[str, str] | None = None) -> None:
+        """The attempt now holds its accelerators (call first thing in the process).
+
+        `labels` (e.g. {"variant": "optimized"}) select the job into cohorts for impact
+        comparisons; a job's labels are the union over its attempts.
+        """
         if not self._on:
             return
         assert self.settings is not None
         count = self.settings.gpus if gpus is None else gpus
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             return self._reject(events.InvalidEventError(f"gpus must be an int >= 1: {count!r}"))
-        self._emit("allocated", gpus=count)
+        attrs = None
+        if labels is not None:
+            try:
+                attrs = {"labels": events.check_labels(labels)}
+            except events.InvalidEventError as exc:
+                return self._reject(exc)
+        self._emit("allocated", gpus=count, attrs=attrs)
 
     @guarded()
     def released(self, reason: str = "completed") -> None:

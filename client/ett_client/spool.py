@@ -11,6 +11,11 @@ and a new recorder on the same directory adopts (locks, sends, unlinks) what is 
 Segments are created under a dot-name and renamed once locked, so a scanning recorder can
 never adopt (and delete) a file its creator has not locked yet.
 
+Progress within a segment: once the service has answered the start of a segment, the
+offset answered so far is written to ``<segment>.off`` (one ``pwrite``, as durable as the
+appends). A recorder adopting the segment starts there, so nothing acknowledged is sent
+twice; the offset file goes with its segment.
+
 Durability (the fsync policy, also in docs/client.md): every append is an ``os.write``, so
 once an event is in the spool it survives the process being killed (it is in the kernel's
 page cache). ``sync()`` fsyncs the segments written since the last sync and the directory;
@@ -38,6 +43,7 @@ from ett_client.errors import warn_once
 SEGMENT_MAX_BYTES = 8 << 20
 _PREFIX = "ett-"
 _SUFFIX = ".jsonl"
+_OFFSET = ".off"
 
 
 @dataclass(eq=False)
@@ -70,6 +76,7 @@ class Spool(Protocol):
     def next_batch(self, max_events: int, max_bytes: int) -> Batch | None: ...
     def resolve(self, batch: Batch) -> None: ...
     def adopt_leftovers(self) -> int: ...
+    def leftover_bytes(self) -> int: ...
     def pending_bytes(self) -> int: ...
     def forget_after_fork(self) -> None: ...
     def close(self) -> None: ...
@@ -202,10 +209,14 @@ class FileSpool:
                     self._current = None
                 seg.closed = True
                 self._drop_locked(seg)
+            elif seg.fd >= 0:
+                _write_offset(seg.path, seg.read_off)
 
     def _drop_locked(self, seg: Segment) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(seg.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(seg.path + _OFFSET)
         if seg.fd >= 0:
             os.close(seg.fd)  # releases the flock
             seg.fd = -1
@@ -242,8 +253,10 @@ class FileSpool:
                 os.close(fd)
                 continue
             size = os.fstat(fd).st_size
-            adopted.append(Segment(path=path, fd=fd, own=False, size=size, closed=True))
-            total += size
+            done = min(_read_offset(path), size)
+            adopted.append(Segment(path=path, fd=fd, own=False, size=size, read_off=done,
+                                   closed=True))
+            total += size - done
         if adopted:
             with self._lock:
                 # Leftovers are older than anything we wrote: send them first.
@@ -251,6 +264,11 @@ class FileSpool:
         return total
 
     # -- bookkeeping ----------------------------------------------------------------------
+
+    def leftover_bytes(self) -> int:
+        """Bytes of adopted segments not yet answered (what ``flush`` also waits for)."""
+        with self._lock:
+            return sum(s.size - s.read_off for s in self._segments if not s.own)
 
     def _pending_bytes_locked(self) -> int:
         return sum(s.size - s.read_off for s in self._segments)
@@ -285,6 +303,23 @@ class FileSpool:
             self._segments = []
             self._current = None
         os.close(self._dir_fd)
+
+
+def _write_offset(path: str, offset: int) -> None:
+    # Fixed width, so a rewrite in place never leaves a longer old number's tail behind.
+    fd = os.open(path + _OFFSET, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.pwrite(fd, b"%020d\n" % offset, 0)
+    finally:
+        os.close(fd)
+
+
+def _read_offset(path: str) -> int:
+    try:
+        with open(path + _OFFSET, "rb") as fh:
+            return max(0, int(fh.read(21) or b"0"))
+    except (OSError, ValueError):
+        return 0  # none, or torn: sending again from the start only makes duplicates
 
 
 class MemorySpool:
@@ -328,6 +363,9 @@ class MemorySpool:
             del self._lines[: batch.end]
 
     def adopt_leftovers(self) -> int:
+        return 0
+
+    def leftover_bytes(self) -> int:
         return 0
 
     def pending_bytes(self) -> int:

@@ -1,4 +1,5 @@
-"""Admin endpoints: POST /v1/aggregate runs one aggregation pass and returns when done."""
+"""Admin endpoints: POST /v1/aggregate runs one aggregation pass and returns when done;
+GET /v1/admin/quarantine lists the jobs the aggregator holds out (and why)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.access.auth import Authenticator
 from service.aggregate import Aggregator
+from service.results import quarantine
 
 from .query_params import reject_unknown
 
@@ -21,5 +23,15 @@ def build_router(aggregator: Aggregator, auth: Authenticator) -> APIRouter:
         auth.require_admin(request.headers.get("authorization"))
         report = await run_in_threadpool(aggregator.run_pass)
         return report.to_wire()
+
+    @router.get("/admin/quarantine", summary="Jobs held out of aggregation, with their errors")
+    async def get_quarantine(request: Request) -> dict[str, Any]:
+        auth.require_admin(request.headers.get("authorization"))
+
+        def read() -> dict[str, Any]:
+            with aggregator.engine.connect() as conn:
+                return {"count": quarantine.count(conn), "jobs": quarantine.listing(conn)}
+
+        return await run_in_threadpool(read)
 
     return router

@@ -30,7 +30,7 @@ from service.taxonomy import taxonomy_from
 from service.wire.schema import openapi_components
 from service.wire.span_mapping import load_mapping
 
-from . import admin_routes, advice_routes, health, read_routes
+from . import admin_routes, advice_routes, health, impact_routes, read_routes
 from .request_metrics import HttpMetrics, MetricsMiddleware
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,8 @@ def create_app(ctx: AppContext) -> FastAPI:
         max_in_flight=s.ingest_max_in_flight,
         max_in_flight_bytes=s.ingest_max_in_flight_bytes,
         statement_timeout_ms=s.ingest_statement_timeout_ms,
+        max_in_flight_per_token=s.ingest_max_in_flight_per_token,
+        body_deadline_s=s.ingest_body_deadline_s,
     )
     taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)
     app.include_router(
@@ -105,6 +107,7 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.include_router(health.build_router(ctx.engine))
     app.include_router(read_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
     app.include_router(advice_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
+    app.include_router(impact_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
     if ctx.aggregator is not None:
         app.include_router(admin_routes.build_router(ctx.aggregator, ctx.auth))
     for router in ctx.extra_routers:

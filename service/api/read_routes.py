@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from ett_core.taxonomy import COMPONENTS
 from service.access.auth import Authenticator
 from service.errors import NotFound, Unprocessable
+from service.results.impact import job_labels
 from service.store import queries as q
 from service.wire.event import WireError, parse_rfc3339
 
@@ -22,13 +23,19 @@ from .query_params import reject_unknown
 GROUP_BY = ("none", "model", "team", "component", "owner")
 MAX_WINDOW = timedelta(days=400)
 EFFECTIVE = "effective_training"
+# Every instant a window may name (docs/model.md, "Reading results"): RFC 3339 reaches year
+# 1 and 9999, where a day's arithmetic (the default start, whole-day rollups) overflows
+# datetime. No event can lie outside (the retention horizon), so nothing is lost.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def parse_window(start: str | None, end: str | None, now: datetime,
                  default: timedelta = timedelta(days=1)) -> tuple[datetime, datetime]:
     try:
-        end_dt = parse_rfc3339(end, "end") if end is not None else now
-        start_dt = parse_rfc3339(start, "start") if start is not None else end_dt - default
+        end_dt = _in_range(parse_rfc3339(end, "end"), "end") if end is not None else now
+        start_dt = (_in_range(parse_rfc3339(start, "start"), "start") if start is not None
+                    else max(EARLIEST, end_dt - default))
     except WireError as exc:
         raise Unprocessable(str(exc)) from None
     if end_dt <= start_dt:
@@ -36,6 +43,13 @@ def parse_window(start: str | None, end: str | None, now: datetime,
     if end_dt - start_dt > MAX_WINDOW:
         raise Unprocessable(f"window: at most {MAX_WINDOW.days} days")
     return start_dt, end_dt
+
+
+def _in_range(instant: datetime, field: str) -> datetime:
+    if not EARLIEST <= instant <= LATEST:
+        raise WireError(f"{field}: {instant.isoformat()} is outside the supported range"
+                        f" {EARLIEST.isoformat()} to {LATEST.isoformat()}")
+    return instant
 
 
 def summarise(rows: list[dict[str, Any]], key: str | None) -> dict[Any, dict[str, Any]]:
@@ -146,7 +160,9 @@ def build_router(engine: Engine, auth: Authenticator,
                  clock: Callable[[], datetime]) -> APIRouter:
     router = APIRouter(prefix="/v1", dependencies=[Depends(reject_unknown)])
 
-    @router.get("/jobs/{job_id}", summary="One job's result: attempts, components, owners, Level 1")
+    # `:path`: a job_id may hold `/` (the wire contract allows it), sent as is or as %2F.
+    @router.get("/jobs/{job_id:path}",
+                summary="One job's result: attempts, components, owners, Level 1")
     async def get_job(job_id: str, request: Request) -> dict[str, Any]:
         auth.require_reader(request.headers.get("authorization"))
         _storable(job_id=job_id)
@@ -154,6 +170,8 @@ def build_router(engine: Engine, auth: Authenticator,
         def load() -> tuple[dict[str, Any] | None, bool]:
             with engine.connect() as conn:
                 result = q.job_result(conn, job_id)
+                if result is not None:
+                    result["labels"] = job_labels(conn, job_id)
                 return result, result is None and q.job_has_events(conn, job_id)
 
         result, pending = await run_in_threadpool(load)

@@ -75,4 +75,5 @@ def _route_template(scope: Any) -> str:
     # Label by template, never by raw path: /v1/jobs/{job_id} must stay one series.
     # The router records the matched route in the scope it shares with the middleware.
     route = scope.get("route")
-    return getattr(route, "path", None) or "unmatched"
+    # path_format: the template without converters ({job_id}, not {job_id:path}).
+    return getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"

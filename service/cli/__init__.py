@@ -15,12 +15,24 @@ log = logging.getLogger("ett")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import advise, aggregate, alerts, dashboards, demo, migrate, prune, report, serve, tokens
+    from . import (
+        advise,
+        aggregate,
+        alerts,
+        dashboards,
+        demo,
+        impact,
+        migrate,
+        prune,
+        report,
+        serve,
+        tokens,
+    )
 
     parser = argparse.ArgumentParser(prog="ett", description="ETT telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (serve, migrate, aggregate, report, alerts, dashboards, tokens, demo, prune,
-                  advise):
+                  advise, impact):
         group.register(sub)
     return parser
 

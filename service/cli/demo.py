@@ -9,7 +9,44 @@ from service.demo.fleet import Regression
 from service.demo.poster import DemoOptions, run_demo
 
 
+def _scenario(args: argparse.Namespace, token: str) -> int:
+    from datetime import UTC, datetime
+
+    from service.demo import paired, rollout
+    from service.demo.poster import Poster, post_runs
+
+    now = datetime.now(UTC)
+    poster = Poster(args.url, token)
+    if args.scenario == "paired":
+        start = paired.start_for(now)
+        post_runs(poster, paired.paired_events(start), now)
+        print(f"paired benchmark from {start.isoformat()}: compare with"
+              " `ett impact --baseline-label variant:baseline"
+              " --candidate-label variant:optimized --model 'paired_*'`")
+    else:
+        start = rollout.start_for(now)
+        post_runs(poster, rollout.rollout_events(start), now)
+        for landing in rollout.landings(start):
+            r = poster.client.post("/v1/annotations", json=landing.annotation())
+            if r.status_code != 201:
+                print(f"annotation refused: {r.status_code} {r.text}")
+                return 1
+            print(f"annotation {r.json()['id']}: {landing.ts.date()} {landing.change}")
+        print("compare a change with `ett impact --around ID --days 7 --model 'rollout_*'`")
+    print(f"posted: accepted={poster.accepted} duplicates={poster.duplicates}"
+          f" rejected={poster.rejected}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.table:
+        if args.scenario != "paired":
+            print("--table is for --scenario paired")
+            return 2
+        from service.demo.paired import paired_table
+
+        print(paired_table())
+        return 0
     token = args.token or args.settings.admin_token_value()
     if not token:
         data_token = args.settings.data_dir / "admin-token"
@@ -18,6 +55,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if not token:
         print("ett demo needs a token: --token, ETT_ADMIN_TOKEN, or the embedded data dir's")
         return 2
+    if args.scenario != "fleet":
+        return _scenario(args, token)
     opts = DemoOptions(
         days=args.days, live=args.live, seed=args.seed, models=args.models,
         regressions=tuple(Regression.parse(r) for r in args.regress),
@@ -50,4 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--failure-rate", type=float, default=None,
                    help="interruptions per job-hour of training (default 0.015)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--scenario", choices=("fleet", "paired", "rollout"), default="fleet",
+                   help="fleet: the simulated fleet; paired: six models run baseline and"
+                        " optimized; rollout: six weeks of annotated changes landing")
+    p.add_argument("--table", action="store_true",
+                   help="with --scenario paired: print docs/impact.md's table and post nothing")
     p.set_defaults(func=_cmd_demo)

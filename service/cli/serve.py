@@ -55,7 +55,8 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         if aggregator and ctx.aggregator is not None:
             from service.metrics.collector import register_aggregator_metrics
 
-            collector = register_aggregator_metrics(ctx.registry, ctx.aggregator, db.engine)
+            collector = register_aggregator_metrics(
+                ctx.registry, ctx.aggregator, db.engine, settings.metrics_max_models_per_team)
 
         stop = threading.Event()
         background = _start_background(ctx, aggregator=aggregator, stop=stop)
@@ -70,10 +71,10 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
                   flush=True)
         print(f"  data: {db.describe()}" + (f" (in {settings.data_dir.resolve()})"
                                               if db.embedded else ""), flush=True)
-        if db.embedded and db.admin_token:
-            origin = "generated" if db.admin_token_generated else "stored"
-            print(f"  admin token ({origin}, in {settings.data_dir / 'admin-token'}): "
-                  f"{db.admin_token}", flush=True)
+        line = admin_token_line(settings, embedded=db.embedded, token=db.admin_token,
+                                generated=db.admin_token_generated)
+        if line:
+            print(line, flush=True)
         print(f"  aggregator: {'on' if aggregator else 'off (API-only replica)'}", flush=True)
         print(f"  console: {base}/ui/ (sign in with a token)", flush=True)
         if demo:
@@ -83,7 +84,10 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
             _start_demo(base, db.admin_token, stop)
         # uvicorn re-raises the signal that stopped it once it has drained; turning SIGTERM
         # into SystemExit lets the `finally` blocks stop the aggregator and the embedded DB.
+        # SIGHUP (a closed terminal) ends the process the same way, never leaving the
+        # embedded PostgreSQL behind.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        signal.signal(signal.SIGHUP, _exit_on_sigterm)
         # Everything built so far lives as long as the process: keep it out of the cyclic
         # GC's full collections, which otherwise scan it all and stalled the event loop for
         # ~50 ms at a time (at 1000 requests/s a 50 ms stall is 50 requests in the queue).
@@ -102,6 +106,23 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
                 collector.close()
             asyncio.run(ingest_pool.close())
     return 0
+
+
+def admin_token_line(settings: Settings, *, embedded: bool, token: str | None,
+                     generated: bool) -> str | None:
+    """The banner's admin-token line. A secret is printed only when it is first made (the
+    one time nobody else could know it); a stored or configured one is named, not shown,
+    and a file is named only where it exists."""
+    if token is None:
+        return None
+    if settings.admin_token is not None:
+        return "  admin token: from ETT_ADMIN_TOKEN (not shown)"
+    path = settings.data_dir / "admin-token"
+    if generated:
+        return f"  admin token (generated, stored in {path}; shown only this once): {token}"
+    if embedded and path.exists():
+        return f"  admin token: stored in {path} (not shown again)"
+    return None
 
 
 def _exit_on_sigterm(_signum: int, _frame: object) -> None:

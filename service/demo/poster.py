@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -139,3 +140,17 @@ def run_demo_in_background(base_url: str, token: str, opts: DemoOptions,
     thread = threading.Thread(target=target, name="ett-demo", daemon=True)
     thread.start()
     return thread
+
+
+def post_runs(poster: Poster, runs: Iterable[list[dict]], now: datetime) -> None:
+    """Post whole runs in batches, leaving out what lies after `now` (a run still going)."""
+    cut = now.isoformat().replace("+00:00", "Z")
+    batch: list[dict] = []
+    for run in runs:
+        # Same-format UTC timestamps: text order is time order.
+        batch.extend(ev for ev in run if ev["ts"] <= cut)
+        while len(batch) >= BATCH:
+            poster.post(batch[:BATCH])
+            batch = batch[BATCH:]
+    if batch:
+        poster.post(batch)

@@ -30,7 +30,8 @@ from sqlalchemy import Engine, text
 
 from service.aggregate import Aggregator, PassReport
 
-from .snapshot import LEVEL1_BUCKETS, RATIO_WINDOWS, Key, Snapshot, build_snapshot
+from .folding import fold_models, kept_models
+from .snapshot import LEVEL1_BUCKETS, RATIO_WINDOWS, Key, Snapshot, build_snapshot, first_seen
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,10 @@ def _decode(rows: Iterable[list[object]]) -> dict[Key, float]:
 
 
 class AggregatorCollector(Collector):
-    def __init__(self, engine: Engine, aggregator: Aggregator) -> None:
+    def __init__(self, engine: Engine, aggregator: Aggregator,
+                 max_models_per_team: int = 200) -> None:
         self.engine = engine
+        self.max_models_per_team = max_models_per_team
         self.aggregator = aggregator
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -152,6 +155,9 @@ class AggregatorCollector(Collector):
             self._restore()
         with self.engine.connect() as conn:
             snap = build_snapshot(conn, now or datetime.now(UTC))
+            order = first_seen(conn)
+        fold_models(snap, kept_models(order, {k[:2] for k in snap.settled_gpu_seconds}
+                                      | set(snap.jobs_running), self.max_models_per_team))
         with self._lock:
             self.settled.update(snap.settled_gpu_seconds, revision_key=1)
             self.failures.update({k: float(v) for k, v in snap.failures.items()})
@@ -192,14 +198,30 @@ class AggregatorCollector(Collector):
             "ett_metrics_leader",
             "1 if this process exports the database-derived metrics (one process does).",
         )
+        quarantined = GaugeMetricFamily(
+            "ett_aggregation_quarantined_jobs",
+            "Jobs whose computation or storage failed, held out of passes until their events"
+            " change (GET /v1/admin/quarantine lists them).",
+        )
         if agg.last_success_at is not None:
             last.add_metric([], agg.last_success_at.timestamp())
         if agg.last_report is not None:
             lag.add_metric([], agg.last_report.lag_seconds)
+            quarantined.add_metric([], agg.last_report.jobs_quarantined)
         leader.add_metric([], 1.0 if self.is_leader else 0.0)
+        folded = GaugeMetricFamily(
+            "ett_metrics_folded_models",
+            "Models whose series are summed into model=\"other\" (beyond the per-team bound).",
+            labels=["team"],
+        )
+        if snap is not None:
+            for team, n in snap.folded_models.items():
+                folded.add_metric([team], n)
+        yield folded
         yield last
         yield lag
         yield leader
+        yield quarantined
 
         settled = CounterMetricFamily(
             "ett_settled_gpu_seconds",
@@ -306,10 +328,11 @@ class AggregatorCollector(Collector):
 
 
 def register_aggregator_metrics(
-    registry: CollectorRegistry, aggregator: Aggregator, engine: Engine
+    registry: CollectorRegistry, aggregator: Aggregator, engine: Engine,
+    max_models_per_team: int = 200,
 ) -> AggregatorCollector:
     """Attach the exporter to `aggregator` so every pass refreshes the snapshot."""
-    collector = AggregatorCollector(engine, aggregator)
+    collector = AggregatorCollector(engine, aggregator, max_models_per_team)
     duration = Histogram(
         "ett_aggregation_duration_seconds", "Duration of aggregation passes.",
         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=registry,

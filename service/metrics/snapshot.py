@@ -36,6 +36,8 @@ class Snapshot:
     tts_sum: dict[Key, float] = field(default_factory=dict)
     ttr_buckets: dict[Key, list[int]] = field(default_factory=dict)  # team, cause
     ttr_sum: dict[Key, float] = field(default_factory=dict)
+    # Per team, how many models' series were summed into model="other" (metrics/folding.py).
+    folded_models: dict[str, int] = field(default_factory=dict)
 
 
 def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,
@@ -53,10 +55,17 @@ def _zero(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key) -> No
     sums.setdefault(key, 0.0)
 
 
+def first_seen(conn: Connection) -> list[tuple[str, str, datetime]]:
+    """When each (model, team) was first seen (its earliest job): the order models keep
+    their own series in (metrics/folding.py)."""
+    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+        "SELECT model, team, min(first_at) FROM jobs GROUP BY model, team"))]
+
+
 def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
     snap = Snapshot(taken_at=now)
     for model, team, component, owner, gpu_us in conn.execute(text(
-        "SELECT model, team, component, owner, settled_gpu_us FROM settled_totals"
+        "SELECT model, team, component, owner, settled_gpu_us::float8 FROM settled_totals"
     )):
         snap.settled_gpu_seconds[(model, team, component, owner)] = gpu_us / 1e6
     for model, team, running, at_risk, unknown in conn.execute(text(

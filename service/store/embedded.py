@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,9 +53,54 @@ class EmbeddedPostgres:
         return url.render_as_string(hide_password=False)
 
     def stop(self) -> None:
-        if self._server is not None:
+        """Stop the server, whoever started it.
+
+        pgserver stops it only when the last process it recorded as a user exits, and a
+        killed `ett serve` (kill -9, a closed terminal) stays recorded: its successor would
+        then never stop the server. The data directory is this process's alone, so once
+        pgserver is done the postmaster that `postmaster.pid` names is shut down here.
+        """
+        if self._server is None:
+            return
+        try:
             self._server.cleanup()  # type: ignore[attr-defined]
+        finally:
             self._server = None
+            stop_postmaster(self.data_dir / "pg")
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The live PostgreSQL postmaster `pgdata/postmaster.pid` names, or None.
+
+    A pid file left by a crash can name a pid since reused: only a process called
+    postgres counts (where /proc tells)."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    comm = Path(f"/proc/{pid}/comm")
+    if comm.exists() and "postgres" not in comm.read_text():
+        return None
+    return pid
+
+
+def stop_postmaster(pgdata: Path, timeout_s: float = 30.0) -> bool:
+    """Shut down the postmaster of `pgdata` if one runs (SIGINT: PostgreSQL's fast
+    shutdown, which rolls back open transactions and checkpoints); True once it is gone."""
+    pid = postmaster_pid(pgdata)
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, signal.SIGINT)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if postmaster_pid(pgdata) != pid:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def load_or_create_admin_token(data_dir: Path) -> tuple[str, bool]:

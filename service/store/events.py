@@ -15,7 +15,7 @@ Smaller batches (single events above all) take the statement at once: one round 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import orjson
 import psycopg
@@ -51,6 +51,46 @@ INSERT_SQL = """
 
 _RETRY_AS_INSERT = (pg_errors.UniqueViolation, pg_errors.DeadlockDetected)
 
+# Each job's owner is its first stored event's model and team (docs/model.md, "Ownership").
+# The batch claims its jobs first: a new job takes the batch's model and team, a stored one
+# keeps its own (a team it lacked is filled in by an event of its model). The upsert row-locks
+# each job's owner until commit, so two first batches for one job cannot both win, and it
+# returns every job's owner, inserted or not, in the one statement.
+CLAIM_SQL = """
+    INSERT INTO job_owners AS o (job_id, model, team)
+    SELECT j, m, t FROM unnest(CAST(%(jobs)s AS text[]), CAST(%(models)s AS text[]),
+                               CAST(%(teams)s AS text[])) AS u(j, m, t)
+    ORDER BY j
+    ON CONFLICT (job_id) DO UPDATE SET team = CASE WHEN o.model = EXCLUDED.model
+        THEN coalesce(o.team, EXCLUDED.team) ELSE o.team END
+    RETURNING job_id, model, team
+"""
+Owners = dict[str, tuple[str, str | None]]
+# Given the owners of the batch's jobs, the lines that may be stored (ingest's ownership check).
+Admit = Callable[[Owners], Sequence[str]]
+
+
+def claims(lines: Iterable[str]) -> dict[str, list[str | None]]:
+    """The batch's claim per job: the first line's model, and the first team that lines of
+    that model name. Fields: job_id is 3rd, model 5th, team 9th of a COPY line."""
+    out: dict[str, list[str | None]] = {}
+    for line in lines:
+        fields = line.split("\t", 9)
+        job, model, team = fields[2], fields[4], _unescape(fields[8])
+        claim = out.get(job)
+        if claim is None:
+            out[job] = [model, team]
+        elif claim[1] is None and team is not None and claim[0] == model:
+            claim[1] = team
+    return out
+
+
+def _claim_params(lines: Iterable[str]) -> dict[str, list[str | None]]:
+    wanted = claims(lines)
+    jobs = sorted(wanted)
+    return {"jobs": jobs, "models": [wanted[j][0] for j in jobs],
+            "teams": [wanted[j][1] for j in jobs]}
+
 
 def _unescape(field: str) -> str | None:
     return None if field == "\\N" else field.replace("\\\\", "\\")
@@ -75,13 +115,25 @@ def _queue_params(jobs: Iterable[str]) -> dict[str, str]:
     return {"jobs": "{" + ",".join(f'"{job}"' for job in sorted(jobs)) + "}"}
 
 
-def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) -> int:
+def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str],
+               admit: Admit | None = None) -> int:
     """Store the events (COPY text lines, distinct ids) not stored yet and queue their jobs;
-    return how many were new.
+    return how many were new. With `admit`, the batch first claims its jobs' owners and
+    stores only the lines `admit` keeps, in the same transaction.
 
     In a transaction the caller began, the COPY runs in a savepoint; in autocommit mode,
     in a transaction of its own.
     """
+    if not lines:
+        return 0
+    if admit is None:
+        return _store(conn, lines, jobs)
+    with conn.transaction():
+        owners = {r[0]: (r[1], r[2]) for r in conn.execute(CLAIM_SQL, _claim_params(lines))}
+        return _store(conn, admit(owners), jobs)
+
+
+def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) -> int:
     if not lines:
         return 0
     if len(lines) >= COPY_MIN_ROWS:
@@ -99,8 +151,20 @@ def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[st
 
 
 async def store_rows_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
-                           jobs: Iterable[str]) -> int:
+                           jobs: Iterable[str], admit: Admit | None = None) -> int:
     """`store_rows` on an asyncio connection."""
+    if not lines:
+        return 0
+    if admit is None:
+        return await _store_async(conn, lines, jobs)
+    async with conn.transaction():
+        cur = await conn.execute(CLAIM_SQL, _claim_params(lines), prepare=True)
+        owners = {r[0]: (r[1], r[2]) for r in await cur.fetchall()}
+        return await _store_async(conn, admit(owners), jobs)
+
+
+async def _store_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
+                       jobs: Iterable[str]) -> int:
     if not lines:
         return 0
     if len(lines) >= COPY_MIN_ROWS:

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 from service.errors import Unavailable
 
-from .events import store_rows_async
+from .events import Admit, store_rows_async
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,8 @@ class IngestPool:
         # Created on first use, so that it belongs to the loop that serves the requests.
         self._slots: asyncio.Semaphore | None = None
 
-    async def store(self, lines: Sequence[str], jobs: Iterable[str]) -> int:
+    async def store(self, lines: Sequence[str], jobs: Iterable[str],
+                    admit: Admit | None = None) -> int:
         """Store the batch (first copy of each id) and mark its jobs dirty; return how many
         events were new. Returns only after PostgreSQL committed; Unavailable when the
         database is not there (now)."""
@@ -65,7 +66,7 @@ class IngestPool:
         conn: psycopg.AsyncConnection | None = None
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
-            inserted = await store_rows_async(conn, lines, jobs)
+            inserted = await store_rows_async(conn, lines, jobs, admit)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             # Refused or timed-out connects, a server shutting down, a statement timeout, a
             # connection that died mid-statement (committed or not, the client cannot know:

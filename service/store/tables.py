@@ -16,6 +16,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Numeric,
     PrimaryKeyConstraint,
     Table,
     Text,
@@ -180,7 +181,8 @@ settled_totals = Table(
     Column("team", Text, nullable=False),
     Column("component", Text, nullable=False),
     Column("owner", Text, nullable=False),
-    Column("settled_gpu_us", BigInteger, nullable=False),
+    # NUMERIC: an all-time sum outgrows a bigint (migration 0004).
+    Column("settled_gpu_us", Numeric(30, 0), nullable=False),
     PrimaryKeyConstraint("model", "team", "component", "owner"),
 )
 
@@ -231,4 +233,73 @@ api_tokens = Table(
     Column("last_used_at", TS),
     Column("revoked_at", TS),
     CheckConstraint("role IN ('admin', 'writer', 'reader')", name="ck_api_tokens_role"),
+)
+
+# Jobs whose computation or storage failed (issue 15): left out of passes until their
+# events change (a dirty_jobs seq above last_seq), listed by GET /v1/admin/quarantine.
+aggregation_quarantine = Table(
+    "aggregation_quarantine",
+    metadata,
+    Column("job_id", Text, primary_key=True),
+    Column("error", Text, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("since", TS, nullable=False),
+    Column("failed_at", TS, nullable=False),
+    Column("failures", Integer, nullable=False),
+)
+
+# Each job's model and team, fixed by its first stored event: ingest refuses a later
+# event that names another (a writer can never move another team's job).
+job_owners = Table(
+    "job_owners",
+    metadata,
+    Column("job_id", Text, primary_key=True),
+    Column("model", Text, nullable=False),
+    Column("team", Text),
+)
+
+# Per job, what a cohort sums (issue 17, docs/impact.md): GPU-microseconds per Level-1
+# overhead term and component, so a cohort of 10,000 jobs is one indexed sum.
+IMPACT_TERMS = ("tts", "ttr", "in_loop_overhead", "final_shutdown")
+IMPACT_COMPONENTS = ("scheduling", "initialization", "compilation", "effective_training",
+                     "wasted_training", "shutdown", "unattributed")
+
+
+def impact_column(term: str, component: str) -> str:
+    return f"{term}_{component}_gpu_us"
+
+
+job_impact = Table(
+    "job_impact",
+    metadata,
+    Column("job_id", Text, primary_key=True),
+    Column("model", Text, nullable=False),
+    Column("team", Text, nullable=False),
+    Column("first_at", TS, nullable=False),  # the first allocation: what selects a cohort
+    Column("running", Boolean, nullable=False),
+    Column("labels", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("held_gpu_us", BigInteger, nullable=False),
+    Column("effective_gpu_us", BigInteger, nullable=False),
+    Column("nof", Integer, nullable=False),
+    Column("tts_us", BigInteger, nullable=False),
+    Column("ttr_us", BigInteger, nullable=False),
+    *(Column(impact_column(t, c), BigInteger, nullable=False)
+      for t in IMPACT_TERMS for c in IMPACT_COMPONENTS),
+    Index("ix_job_impact_first_at", "first_at"),
+)
+
+# Changes worth a marker: dashboards draw them, `/v1/impact?around=` compares either side.
+annotations = Table(
+    "annotations",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("ts", TS, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("text", Text),
+    Column("team", Text),
+    Column("models", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    Column("created_by", Text),
+    Column("created_at", TS, nullable=False, server_default=text("now()")),
+    Index("ix_annotations_ts", "ts"),
 )

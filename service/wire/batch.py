@@ -25,8 +25,11 @@ from .event import (
     CANONICAL_UUID_RE,
     EVENT_TYPES,
     KNOWN_FIELDS,
-    MAX_INT32,
+    MAX_ATTEMPT,
+    MAX_GPUS,
+    MAX_RANK,
     NAME_RE,
+    RESERVED_PHASES,
     WireError,
     WireEvent,
     attrs_json,
@@ -59,6 +62,8 @@ class ValidatedBatch:
     # Scope errors (model not this token's, team not its to claim): a batch holding only
     # these is answered 403.
     forbidden: list[str]
+    # The index in the posted batch of each line (for rejections found while storing).
+    indices: list[int]
 
 
 def line_of(event: WireEvent) -> str:
@@ -78,7 +83,7 @@ def _plain_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
     event_id, ts, job_id, attempt, model, etype = (
         get("event_id"), get("ts"), get("job_id"), get("attempt"), get("model"), get("type"))
     if (type(event_id) is not str or type(ts) is not str or etype not in EVENT_TYPES
-            or type(attempt) is not int or not 0 <= attempt <= MAX_INT32
+            or type(attempt) is not int or not 0 <= attempt <= MAX_ATTEMPT
             or job_id not in names or model not in names
             or not CANONICAL_UUID_RE.fullmatch(event_id) or not _UTC_TS_RE.fullmatch(ts)):
         return None
@@ -91,15 +96,15 @@ def _plain_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
     if phase is None:
         if etype in _PHASE_TYPES:
             return None
-    elif phase not in names:
+    elif phase not in names or phase in RESERVED_PHASES:
         return None
     if gpus is None:
         if etype == "allocated":
             return None
-    elif type(gpus) is not int or not 1 <= gpus <= MAX_INT32:
+    elif type(gpus) is not int or not 1 <= gpus <= MAX_GPUS:
         return None
     if (team is not None and team not in names) or (
-            rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_INT32)):
+            rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_RANK)):
         return None
     try:
         attrs = attrs_json(get("attrs"), etype)
@@ -138,6 +143,7 @@ def validate_batch(
     rejected: list[dict[str, Any]] = []
     forbidden: list[str] = []
     seen: set[str] = set()
+    indices: list[int] = []
     names: set[str] = set()
     scope: dict[tuple[str, str | None], str | None] = {}
     duplicates = 0
@@ -175,5 +181,6 @@ def validate_batch(
             continue
         seen.add(event_id)
         lines.append(line)
+        indices.append(index)
         jobs.add(job_id)
-    return ValidatedBatch(lines, jobs, rejected, duplicates, forbidden)
+    return ValidatedBatch(lines, jobs, rejected, duplicates, forbidden, indices)

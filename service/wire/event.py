@@ -14,6 +14,9 @@ from typing import Any
 
 import orjson
 
+from ett_core.taxonomy import RESERVED_PHASES  # re-exported for the fast path
+from service.wire.labels import LabelError, check_labels
+
 EVENT_TYPES = frozenset(
     {"allocated", "released", "phase_start", "phase_end", "checkpoint", "failure", "heartbeat"}
 )
@@ -40,6 +43,20 @@ NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 CANONICAL_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MAX_ATTRS_BYTES = 8 * 1024
 MAX_INT32 = 2**31 - 1
+# Bounds (docs/model.md, "Bounds"). The tightest sum is one UTC day of the fleet rollup for
+# one model in GPU-microseconds (a bigint): a million GPUs all day is 1e6 * 8.64e10 = 8.6e16,
+# a hundredth of 2**63 (9.2e18). One attempt may hold at most 2**20 GPUs: at the old bound
+# (2**31 - 1) a single three-hour attempt made a day row of 2.3e19 and every pass failed.
+MAX_GPUS = 2**20
+MAX_ATTEMPT = 1_000_000
+MAX_RANK = 2**20
+# JSON numbers beyond 2**53 are not exact in most clients' parsers.
+MAX_STEP = 2**53
+# RFC 3339 section 5.6 (date-time), either case of T and Z. fromisoformat alone also took
+# ISO 8601 forms RFC 3339 excludes (week dates, basic format, hours only).
+RFC3339_RE = re.compile(
+    r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[Zz]|[+-]\d\d:\d\d)")
+_LOCAL_RE = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(?:\.\d{1,9})?")
 
 
 class WireError(ValueError):
@@ -69,28 +86,35 @@ class WireEvent:
 def parse_rfc3339(value: Any, field: str) -> datetime:
     if not isinstance(value, str):
         raise WireError(f"{field}: must be an RFC 3339 timestamp string")
+    if not RFC3339_RE.fullmatch(value) and not (
+            # RFC 3339's own note allows a space between date and time.
+            value[10:11] == " " and RFC3339_RE.fullmatch(value[:10] + "T" + value[11:])):
+        if _LOCAL_RE.fullmatch(value):
+            raise WireError(
+                f"{field}: timestamp needs a UTC offset (for example 'Z' or '+00:00')")
+        if len(value) <= 10 and "T" not in value.upper():
+            raise WireError(f"{field}: timestamp needs a time of day, not only a date")
+        raise WireError(
+            f"{field}: {value[:64]!r} is not an RFC 3339 timestamp"
+            " (YYYY-MM-DDTHH:MM:SS[.fraction] with Z or a +HH:MM offset)")
     try:
-        parsed = datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value.upper())
     except ValueError:
         raise WireError(f"{field}: {value[:64]!r} is not an RFC 3339 timestamp") from None
-    if parsed.tzinfo is None:
-        raise WireError(f"{field}: timestamp needs a UTC offset (for example 'Z' or '+00:00')")
-    if "T" not in value and "t" not in value and " " not in value:
-        raise WireError(f"{field}: timestamp needs a time of day, not only a date")
     try:
         return parsed.astimezone(UTC)
     except OverflowError:  # year 1 with a positive offset, year 9999 with a negative one
         raise WireError(f"{field}: {value[:64]!r} is out of range in UTC") from None
 
 
-def _int(value: Any, field: str, minimum: int) -> int:
+def _int(value: Any, field: str, minimum: int, maximum: int = MAX_INT32) -> int:
     # bool is an int subclass; `true` is never a valid count.
     if isinstance(value, bool) or not isinstance(value, int):
         raise WireError(f"{field}: must be an integer")
     if value < minimum:
         raise WireError(f"{field}: must be >= {minimum}, got {value}")
-    if value > MAX_INT32:
-        raise WireError(f"{field}: must be <= {MAX_INT32}, got {value}")
+    if value > maximum:
+        raise WireError(f"{field}: must be <= {maximum}, got {value}")
     return value
 
 
@@ -149,14 +173,20 @@ def attrs_json(value: Any, etype: str) -> str | None:
         if snap is not None and not (isinstance(snap, int | float) and not isinstance(snap, bool)):
             parse_rfc3339(snap, "attrs.snapshot_ts")
         step = value.get("step")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise WireError("attrs.step: must be a non-negative integer")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                                 or not 0 <= step <= MAX_STEP):
+            raise WireError(f"attrs.step: must be a non-negative integer at most {MAX_STEP}")
     if (
         etype == "phase_start"
         and "background" in value
         and not isinstance(value["background"], bool)
     ):
         raise WireError("attrs.background: must be true or false")
+    if etype == "allocated" and "labels" in value:
+        try:
+            check_labels(value["labels"])
+        except LabelError as exc:
+            raise WireError(str(exc)) from None
     return dumped.decode()
 
 
@@ -189,7 +219,7 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
             f"ts: {obj['ts']} is older than the retention horizon of {max_age_s / 86400:.0f} days"
         )
     job_id = _name(obj["job_id"], "job_id")
-    attempt = _int(obj["attempt"], "attempt", 0)
+    attempt = _int(obj["attempt"], "attempt", 0, MAX_ATTEMPT)
     model = _name(obj["model"], "model")
     etype = obj["type"]
     if not isinstance(etype, str) or etype not in EVENT_TYPES:
@@ -203,17 +233,19 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
         phase = _name(phase, "phase")
     elif phase is not None:
         phase = _name(phase, "phase")
+    if phase in RESERVED_PHASES:
+        raise WireError(f"phase: {phase!r} is reserved for what the engine derives")
     gpus = obj.get("gpus")
     if etype == "allocated" and gpus is None:
         raise WireError("gpus: is required for allocated")
     if gpus is not None:
-        gpus = _int(gpus, "gpus", 1)
+        gpus = _int(gpus, "gpus", 1, MAX_GPUS)
     team = obj.get("team")
     if team is not None:
         team = _name(team, "team")
     rank = obj.get("rank")
     if rank is not None:
-        rank = _int(rank, "rank", 0)
+        rank = _int(rank, "rank", 0, MAX_RANK)
     attrs_text = attrs_json(obj.get("attrs"), etype)
     extra = (None if KNOWN_FIELDS.issuperset(obj)
              else {k: v for k, v in obj.items() if k not in KNOWN_FIELDS})

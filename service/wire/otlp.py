@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import zlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -25,16 +24,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
-from service.errors import BadRequest, EttError, PayloadTooLarge
+from service.errors import BadRequest, UnsupportedMediaType
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId", "trace_id", "span_id",
                         "parent_span_id"})
-
-
-class UnsupportedMediaType(EttError):
-    status_code = 415
 
 
 class SpanRecord(NamedTuple):
@@ -60,31 +55,6 @@ def media_type_of(content_type: str | None) -> str:
             f"Content-Type {content_type or '(none)'!r} is not supported; send {PROTOBUF}"
             f" or {JSON}")
     return media
-
-
-def decoded_body(body: bytes | bytearray, content_encoding: str | None, limit: int) -> bytes:
-    """The body after its Content-Encoding (identity or gzip), refused past `limit` bytes.
-
-    The one place this endpoint handles encodings and sizes, so a shared streaming reader
-    can replace it whole. The decompressed size is bounded too: a small gzip bomb must not
-    grow into gigabytes in memory.
-    """
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding == "identity":
-        return bytes(body)
-    if encoding != "gzip":
-        raise UnsupportedMediaType(
-            f"Content-Encoding {content_encoding!r} is not supported; send gzip or identity")
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(bytes(body), limit + 1)
-    except zlib.error as exc:
-        raise BadRequest(f"body is not valid gzip: {exc}") from None
-    if len(out) > limit:
-        raise PayloadTooLarge(f"decompressed body exceeds the limit of {limit} bytes")
-    if not inflater.eof:
-        raise BadRequest("body is not valid gzip: the stream is truncated")
-    return out
 
 
 def _hex_ids_to_base64(node: Any) -> Any:

@@ -75,8 +75,8 @@ def post(client, headers, events):
 
 def test_a_writer_may_post_events_for_the_models_it_matches(client, db_engine) -> None:
     writer = token(db_engine, "writer", "ads", ("ads_*",))
-    r = post(client, writer, [event("heartbeat", 1, model="ads_ctr"),
-                              event("heartbeat", 2, model="ads_new")])
+    r = post(client, writer, [event("heartbeat", 1, model="ads_ctr", job_id="j-ctr"),
+                              event("heartbeat", 2, model="ads_new", job_id="j-new")])
     assert r.status_code == 202 and r.json()["accepted"] == 2, r.text
 
 
@@ -104,8 +104,10 @@ def test_a_writer_may_not_claim_another_team_for_a_model(client, db_engine) -> N
     r = post(client, writer, [
         event("allocated", 0, gpus=8, model="ads_new", team="ads"),          # its own team
         event("allocated", 0, gpus=8, model="ads_new", team="search"),       # another team
-        event("allocated", 0, gpus=8, model="ads_shared", team="ads-platform"),  # configured
-        event("allocated", 0, gpus=8, model="ads_shared", team="ads"),       # not the owner
+        event("allocated", 0, gpus=8, model="ads_shared", team="ads-platform",  # configured
+              job_id="job-2"),
+        event("allocated", 0, gpus=8, model="ads_shared", team="ads",        # not the owner
+              job_id="job-2"),
     ]).json()
     assert r["accepted"] == 2
     assert [x["index"] for x in r["rejected"]] == [1, 3]

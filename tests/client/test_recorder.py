@@ -279,3 +279,34 @@ def test_an_idle_recorder_leaves_no_spool_files(fake: FakeService, make_recorder
         rec.heartbeat()
     assert rec.flush(5)
     assert wait_for(lambda: not list((tmp_path / "spool").glob("*.jsonl")), 2)
+
+
+def test_labels_ride_on_allocated_and_bad_ones_are_refused_in_the_trainer(fake: FakeService,
+                                                                         make_recorder):
+    rec = make_recorder(fake.url)
+    rec.allocated(labels={"variant": "optimized", "experiment": "pt2-cache"})
+    assert rec.flush(5)
+    [alloc] = [e for e in fake.events() if e["type"] == "allocated"]
+    assert alloc["attrs"] == {"labels": {"variant": "optimized", "experiment": "pt2-cache"}}
+    strict = make_recorder(fake.url, strict=True)
+    for bad, message in (({"Variant": "x"}, "label key 'Variant'"),
+                         ({"v": 1}, "label 'v' must be a string"),
+                         ({f"k{i}": "x" for i in range(17)}, "at most 16 pairs")):
+        with pytest.raises(InvalidEventError, match=message):
+            strict.allocated(labels=bad)  # type: ignore[arg-type]
+
+
+def test_labels_reach_the_job_on_the_real_service(service, make_recorder):
+    import httpx
+
+    job = f"sdk-labels-{uuid.uuid4().hex[:8]}"
+    rec = make_recorder(service.url, job_id=job, token=service.token)
+    rec.allocated(labels={"variant": "baseline"})
+    with rec.phase("training"):
+        pass
+    rec.released()
+    assert rec.flush(10)
+    headers = {"Authorization": f"Bearer {service.token}"}
+    httpx.post(service.url + "/v1/aggregate", headers=headers, timeout=60).raise_for_status()
+    got = httpx.get(f"{service.url}/v1/jobs/{job}", headers=headers, timeout=30).json()
+    assert got["labels"] == {"variant": "baseline"}

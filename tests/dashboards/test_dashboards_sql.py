@@ -116,6 +116,9 @@ def seed(engine: Engine) -> None:
              "interrupted": False, "blocking_save_us": 0, "durable_checkpoints": 0,
              "intervals_us": [], "lost_progress_us": 0, "ttr_us": None},
         ])
+        # A change marker of team ads for its ads_* models (the dashboards' annotations).
+        conn.execute(insert(tables.annotations).values(
+            ts=HOUR, title="pt2 cache", team="ads", models=["ads_*"], tags=["compile"]))
 
 
 def run(conn: Connection, sql: str) -> list[Any]:

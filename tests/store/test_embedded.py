@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -66,4 +67,58 @@ def test_embedded_mode_starts_from_empty_and_from_existing_data(tmp_path) -> Non
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
-    assert "admin token (stored" in out
+    # Shown once, when generated (issue 15): never again, and the file it names exists.
+    assert f"admin token: stored in {data / 'admin-token'} (not shown again)" in out
+    assert token not in out
+
+
+def _postgres_alive(data) -> int | None:
+    from service.store.embedded import postmaster_pid
+
+    return postmaster_pid(data / "pg")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending", [signal.SIGHUP, signal.SIGINT, signal.SIGTERM])
+def test_serve_stops_its_postgres_on_every_exit_even_after_a_killed_predecessor(
+        tmp_path, ending) -> None:
+    """Issue 15, defect 7: kill -9 leaves PostgreSQL running (it cannot be helped); the next
+    `ett serve` reuses it, and its own exit, by any signal, stops it."""
+    data = tmp_path / "ett-data"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _serve(data, port)
+    _wait_ready(url, proc)
+    orphan = _postgres_alive(data)
+    assert orphan is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert _postgres_alive(data) == orphan  # left behind by the kill
+
+    proc = _serve(data, port)  # finds the predecessor's server in postmaster.pid: reuses it
+    try:
+        _wait_ready(url, proc)
+        token = (data / "admin-token").read_text().strip()
+        r = httpx.post(url + "/v1/events", json={"events": [event("heartbeat", 1)]},
+                       headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 202
+    finally:
+        proc.send_signal(ending)
+        out, _ = proc.communicate(timeout=60)
+    assert _postgres_alive(data) is None, out
+    assert not (data / "pg" / "postmaster.pid").exists()
+
+
+def test_the_banner_never_prints_a_configured_admin_token(tmp_path) -> None:
+    from service.cli.serve import admin_token_line
+    from service.settings import Settings
+
+    configured = Settings(data_dir=tmp_path, admin_token="s3cret-from-env")
+    line = admin_token_line(configured, embedded=True, token="s3cret-from-env",
+                            generated=False)
+    assert line == "  admin token: from ETT_ADMIN_TOKEN (not shown)"
+    unset = Settings(data_dir=tmp_path)
+    # No file there: nothing claims one.
+    assert admin_token_line(unset, embedded=True, token="t", generated=False) is None
+    generated = admin_token_line(unset, embedded=True, token="t0k", generated=True)
+    assert generated is not None and generated.endswith("shown only this once): t0k")

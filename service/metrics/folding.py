@@ -1,0 +1,68 @@
+"""A bound on the model series each team exports (`ETT_METRICS_MAX_MODELS_PER_TEAM`).
+
+Model names come from writers, and each one added a dozen series to /metrics (5,000
+invented models made 30,665 lines). Per team, the models first seen earliest keep their
+own series; the rest are summed into `model="other"` and counted in
+`ett_metrics_folded_models{team}`. The earliest-first order is stable: a new model never
+displaces one already exported, so no counter moves between series (and never goes down).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from .snapshot import Key, Snapshot
+
+OTHER = "other"
+_LAST = datetime.max
+
+
+def kept_models(first_seen: Iterable[tuple[str, str, datetime | None]],
+                seen: Iterable[tuple[str, str]], per_team: int) -> set[tuple[str, str]]:
+    """The (model, team) pairs that keep their own series: per team, the `per_team` first
+    seen (ties by name); a pair with no first-seen time (its jobs pruned) sorts last."""
+    first: dict[tuple[str, str], datetime] = {}
+    for model, team, at in first_seen:
+        first[(model, team)] = at.replace(tzinfo=None) if at is not None else _LAST
+    by_team: dict[str, list[tuple[datetime, str]]] = {}
+    for model, team in set(first) | set(seen):
+        by_team.setdefault(team, []).append((first.get((model, team), _LAST), model))
+    kept: set[tuple[str, str]] = set()
+    for team, models in by_team.items():
+        kept.update((model, team) for _at, model in sorted(models)[:per_team])
+    return kept
+
+
+def _fold(values: dict[Key, float], rename: Callable[[Key], Key],
+          add: Callable[[object, object], object] = lambda a, b: a + b) -> dict:  # type: ignore[operator]
+    out: dict[Key, object] = {}
+    for key, value in values.items():
+        new = rename(key)
+        out[new] = add(out[new], value) if new in out else value
+    return out  # type: ignore[return-value]
+
+
+def fold_models(snap: Snapshot, kept: set[tuple[str, str]]) -> None:
+    """Rewrite the snapshot's model-keyed figures in place: pairs outside `kept` become
+    `other` of their team (summed); count the folded models per team."""
+    folded: dict[str, set[str]] = {}
+
+    def pair(key: Key) -> Key:
+        model, team = key[0], key[1]
+        if (model, team) in kept:
+            return key
+        folded.setdefault(team, set()).add(model)
+        return (OTHER, *key[1:])
+
+    kept_names = {model for model, _team in kept}
+    snap.settled_gpu_seconds = _fold(snap.settled_gpu_seconds, pair)
+    snap.at_risk_gpu_seconds = _fold(snap.at_risk_gpu_seconds, pair)
+    snap.jobs_running = _fold(snap.jobs_running, pair)
+    snap.failures = _fold(snap.failures, pair)
+    snap.unknown_phase_events = _fold(
+        snap.unknown_phase_events, lambda k: k if k[0] in kept_names else (OTHER,))
+    for levels in snap.ratios.values():
+        levels["model"] = _fold(levels["model"], pair,  # type: ignore[assignment]
+                                lambda a, b: (a[0] + b[0], a[1] + b[1]))  # type: ignore[index]
+    snap.folded_models = {team: len(models) for team, models in sorted(folded.items())}
