@@ -2,8 +2,9 @@
 returns the template's figures from the read functions the API uses.
 
 Adding a page is one builder and one template, then one `Page` in `PAGES`. The
-checkpoint-advice panel and page show the plain dicts of `service.results.advice`
-unchanged, so their figures are the endpoint's and the CLI's.
+checkpoint-advice panel and page show the plain dicts of `service.results.advice`, and
+the impact page those of `service.results.impact` (console/impact.py), unchanged, so
+their figures are the endpoints' and the CLI's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from service.slo.burn import team_burns
 from service.slo.load import load_slo_spec
 from service.store import queries as q
 
+from .impact import impact_figures
 from .timeline import COLOURS, layout
 
 WINDOWS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -175,10 +177,15 @@ def job(req: PageRequest) -> dict[str, Any]:
     return {"job": result, "timeline": layout(result["attempts"], segments, marks)}
 
 
+def impact(req: PageRequest) -> dict[str, Any]:
+    return impact_figures(req.engine, req.now, req.query, WINDOWS)
+
+
 PAGES: tuple[Page, ...] = (
     Page("Fleet", "/", "fleet.html", fleet, nav=True),
     Page("Team", "/teams/{team}", "team.html", team),
     Page("Model", "/models/{model}", "model.html", model),
     Page("Job", "/jobs/{job_id}", "job.html", job),
     Page("Checkpoint advice", "/checkpoints", "checkpoints.html", checkpoints, nav=True),
+    Page("Impact", "/impact", "impact.html", impact, nav=True),
 )
