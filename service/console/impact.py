@@ -97,17 +97,21 @@ def _reduction(query: Mapping[str, str]) -> float:
 
 def impact_figures(engine: Engine, now: datetime, query: Mapping[str, str],
                    windows: Mapping[str, timedelta]) -> dict[str, Any]:
+    now = now.replace(microsecond=0)  # whole seconds: the bounds are shown in the form
     baseline, candidate = _selectors(query, now, windows)
     component = query.get("whatif_component", DEFAULTS["whatif_component"])
     if component not in SHRINKABLE:
         raise Unprocessable(f"whatif_component: must be one of {', '.join(SHRINKABLE)}")
     reduction = _reduction(query)
-    form = {**DEFAULTS, "mode": "labels", "model": "", "team": "",
-            **{k: v for k, v in query.items() if k not in ("baseline_start", "baseline_end",
-                                                           "candidate_start", "candidate_end")},
-            "baseline_start": baseline.start.isoformat(), "baseline_end": baseline.end.isoformat(),
-            "candidate_start": candidate.start.isoformat(),
-            "candidate_end": candidate.end.isoformat()}
+    # The period fields show the cohorts compared in periods mode, or in labels mode what
+    # they would compare (the week before against this week) unless given.
+    periods = {"baseline_start": now - 2 * PERIOD, "baseline_end": now - PERIOD,
+               "candidate_start": now - PERIOD, "candidate_end": now}
+    if query.get("mode", "labels") == "periods":
+        periods = {"baseline_start": baseline.start, "baseline_end": baseline.end,
+                   "candidate_start": candidate.start, "candidate_end": candidate.end}
+    form = {**DEFAULTS, "mode": "labels", "model": "", "team": "", **query,
+            **{k: query.get(k) or v.isoformat() for k, v in periods.items()}}
     return {"form": form, "modes": MODES, "windows": list(windows), "terms": OVERHEAD_TERMS,
             "components": COMPONENTS, "shrinkable": SHRINKABLE,
             "impact": impact_report(engine, baseline, candidate),
