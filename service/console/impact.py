@@ -18,7 +18,13 @@ from ett_core.impact import OVERHEAD_TERMS, SHRINKABLE
 from ett_core.taxonomy import COMPONENTS
 from service.api.read_routes import MAX_WINDOW
 from service.errors import Unprocessable
-from service.results.impact import Selector, impact_report, whatif_report
+from service.results.impact import (
+    Selector,
+    around,
+    impact_report,
+    list_annotations,
+    whatif_report,
+)
 from service.wire.event import WireError, parse_rfc3339
 from service.wire.labels import LabelError, parse_selector
 
@@ -26,6 +32,7 @@ MODES = ("labels", "periods")
 DEFAULTS = {"baseline_label": "variant:baseline", "candidate_label": "variant:optimized",
             "window": "30d", "whatif_component": "initialization", "whatif_reduction": "0.5"}
 PERIOD = timedelta(days=7)  # periods mode, nothing given: the week before against this week
+ANNOTATIONS = timedelta(days=30)  # the changes listed beneath, each a link to compare around it
 
 
 def _instant(name: str, value: str) -> datetime:
@@ -112,7 +119,16 @@ def impact_figures(engine: Engine, now: datetime, query: Mapping[str, str],
                    "candidate_start": candidate.start, "candidate_end": candidate.end}
     form = {**DEFAULTS, "mode": "labels", "model": "", "team": "", **query,
             **{k: query.get(k) or v.isoformat() for k, v in periods.items()}}
-    return {"form": form, "modes": MODES, "windows": list(windows), "terms": OVERHEAD_TERMS,
-            "components": COMPONENTS, "shrinkable": SHRINKABLE,
+    notes = list_annotations(engine, now - ANNOTATIONS, now, form["team"] or None)
+    for note in notes:
+        # The API's around=ID&days=7: the week before the change against the week after.
+        (b_start, b_end), (c_start, c_end) = around(datetime.fromisoformat(note["ts"]), 7)
+        note["compare"] = {"mode": "periods", "baseline_start": b_start.isoformat(),
+                           "baseline_end": b_end.isoformat(),
+                           "candidate_start": c_start.isoformat(),
+                           "candidate_end": c_end.isoformat(), "model": form["model"],
+                           "team": form["team"]}
+    return {"form": form, "annotations": notes, "modes": MODES, "windows": list(windows),
+            "terms": OVERHEAD_TERMS,            "components": COMPONENTS, "shrinkable": SHRINKABLE,
             "impact": impact_report(engine, baseline, candidate),
             "whatif": whatif_report(engine, candidate, component, reduction)}

@@ -138,3 +138,28 @@ def test_an_empty_cohort_shows_no_savings_and_bad_input_names_the_field(
                          ("whatif_reduction=2", "whatif_reduction: must be between 0 and 1")):
         r = browser.get(f"/ui/impact?{query}")
         assert r.status_code == 422 and words in r.text, (query, r.text[-400:])
+
+
+def test_an_annotation_links_to_the_week_before_against_the_week_after(
+        api: TestClient, browser: TestClient) -> None:
+    # The optimized runs start at the change, the baseline runs a week before it.
+    change = datetime.now(UTC).replace(microsecond=0) - timedelta(days=6)
+    post_all(api, [e for run in paired.paired_events(change - timedelta(days=6)) for e in run
+                   if ".baseline" in e["job_id"]])
+    post_all(api, [e for run in paired.paired_events(change + timedelta(minutes=1))
+                   for e in run if ".optimized" in e["job_id"]])
+    assert api.post("/v1/aggregate").status_code == 200
+    r = api.post("/v1/annotations", json={"ts": change.isoformat(), "title": "compile cache",
+                                          "tags": ["compilation"]})
+    assert r.status_code == 201, r.text
+    note = r.json()["id"]
+    page = browser.get("/ui/impact")
+    f = Figures(page.text)
+    (row,) = f.rows("annotations")
+    assert row["data-key"] == str(note) and "compile cache" in page.text
+    link = next(a["href"] for t, a in f.elements if t == "a" and a.get("class") == "around")
+    compared = browser.get(link.replace("&amp;", "&"))
+    assert compared.status_code == 200, compared.text
+    doc = api.get("/v1/impact", params={"around": note, "days": 7}).json()
+    assert doc["baseline"]["jobs"] == doc["candidate"]["jobs"] == 6
+    _same_figures(Figures(compared.text), doc)
