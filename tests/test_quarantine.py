@@ -47,7 +47,7 @@ def test_an_overflowing_job_is_quarantined_and_every_other_job_gets_results(
     report = api.post("/v1/aggregate")
     assert report.status_code == 200, report.text
     assert report.json()["jobs_failed"] == 1 and report.json()["jobs_quarantined"] == 1
-    # The other job's results are complete (SPEC section 6: ETT 56.25%).
+    # The other job's results are complete (docs/model.md section 6: ETT 56.25%).
     assert api.get("/v1/jobs/job-1").json()["ett_ratio"] == pytest.approx(0.5625)
     listed = api.get("/v1/admin/quarantine").json()
     assert listed["count"] == 1

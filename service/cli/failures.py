@@ -29,7 +29,7 @@ def _settings_problem(exc: ValidationError) -> str:
 def explain(exc: BaseException, database: str | None) -> str | None:
     """The one-line message for a known start-up error, or None for a bug."""
     where = f"PostgreSQL at {database}" if database else "the embedded PostgreSQL"
-    from .port_check import PortInUse
+    from .serve import PortInUse
 
     if isinstance(exc, PortInUse):
         return exc.message

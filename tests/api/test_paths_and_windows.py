@@ -30,7 +30,7 @@ def test_a_job_id_with_slashes_is_readable_as_is_and_percent_encoded(api, agg,
         got = api.get(f"/v1/jobs/{path}")
         assert got.status_code == 200, (path, got.text)
         assert got.json()["job_id"] == job_id
-        assert got.json()["ett_ratio"] == pytest.approx(0.5625)  # SPEC section 6
+        assert got.json()["ett_ratio"] == pytest.approx(0.5625)  # docs/model.md section 6
 
 
 def test_an_unknown_job_with_slashes_is_404_naming_it(api, agg) -> None:

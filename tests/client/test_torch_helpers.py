@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,14 @@ def test_async_save_records_the_blocking_part_and_the_checkpoint_when_durable(
     future = ett_torch.async_save(rec, state, step=5, checkpoint_id=str(tmp_path / "c"),
                                   no_dist=True)
     getattr(future, "upload_completion", future).result(timeout=30)
-    assert rec.flush(5)
+    # result() wakes this thread before the future's done-callbacks (which record the
+    # checkpoint) have run: wait for the callback, not for a lucky schedule.
+    deadline = time.monotonic() + 30
+    while True:
+        assert rec.flush(5)
+        if any(e["type"] == "checkpoint" for e in fake.events()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     events = sorted(fake.events(), key=lambda e: e["ts"])
     kinds = [(e["type"], e.get("phase")) for e in events]
     assert kinds == [("phase_start", "checkpoint_save"), ("phase_end", "checkpoint_save"),

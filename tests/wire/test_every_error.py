@@ -19,8 +19,9 @@ def test_every_problem_of_an_event_is_named(api, db_engine) -> None:
     assert body["accepted"] == 0 and len(body["rejected"]) == 1
     errors = body["rejected"][0]["error"].split("; ")
     fields = [e.split(":", 1)[0] for e in errors]
-    assert fields == ["ts", "job_id", "attempt", "model", "gpus", "team", "rank"], errors
-    assert errors[0] == "ts: 'yesterday' is not an RFC 3339 timestamp"
+    assert fields == ["ts", "job_id", "attempt", "model", "gpus", "team", "rank",
+                      "attrs.labels"], errors
+    assert errors[0].startswith("ts: 'yesterday' is not an RFC 3339 timestamp")
 
 
 @pytest.mark.parametrize("change, expected", [
