@@ -65,7 +65,10 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
         pages = {"fleet 7d": "/ui/", "fleet 30d": "/ui/?window=30d",
                  "team (models)": f"/ui/teams/{team}",
                  "team (owner, SLOs)": "/ui/teams/scheduler",
-                 "model": f"/ui/models/{model}", "job": f"/ui/jobs/{job_id}"}
+                 "model": f"/ui/models/{model}", "job": f"/ui/jobs/{job_id}",
+                 "checkpoint advice 30d": "/ui/checkpoints",
+                 "impact (two labels, 30d)": "/ui/impact",
+                 "impact (two periods)": "/ui/impact?mode=periods"}
         with httpx.Client(base_url=srv.url, timeout=60) as browser:
             signed = browser.post("/ui/login", data={"token": ADMIN_TOKEN})
             if signed.status_code != 303 or "ett_session" not in browser.cookies:

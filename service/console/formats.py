@@ -17,7 +17,8 @@ def gpu_hours(gpu_seconds: float | None) -> str:
 
 
 def hours(value: float | None) -> str:
-    return DASH if value is None else f"{value:,.1f}"
+    # `or 0.0`: a figure that rounds to zero from below reads 0.0, not -0.0.
+    return DASH if value is None else f"{round(value, 1) or 0.0:,.1f}"
 
 
 def seconds(value: float | None) -> str:

@@ -1,11 +1,10 @@
 """The console's pages as a registry: each page is a path, a template and a function that
 returns the template's figures from the read functions the API uses.
 
-Adding a page is one builder and one template, then one `Page` in `PAGES`. The impact and
-checkpoint-advice pages join this way: their builders will call `impact_report(engine,
-...)` and `checkpoint_advice(engine, model, ...)` in `service.results` and return the
-plain dicts those give, with `nav` set for impact (a fleet-wide page) and a link from the
-model page for the advice.
+Adding a page is one builder and one template, then one `Page` in `PAGES`. The
+checkpoint-advice panel and page show the plain dicts of `service.results.advice`, and
+the impact page those of `service.results.impact` (console/impact.py), unchanged, so
+their figures are the endpoints' and the CLI's.
 """
 
 from __future__ import annotations
@@ -22,11 +21,13 @@ from ett_core.taxonomy import COMPONENTS
 from service.api.read_routes import ett_window, models_overview, team_bill
 from service.errors import NotFound, Unprocessable
 from service.results import jobs as job_reads
+from service.results.advice import checkpoint_advice, fleet_checkpoint_advice
 from service.results.series import component_series
 from service.slo.burn import team_burns
 from service.slo.load import load_slo_spec
 from service.store import queries as q
 
+from .impact import impact_figures
 from .timeline import COLOURS, layout
 
 WINDOWS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -52,9 +53,10 @@ class Page:
     nav: bool = False  # listed in the header (pages without parameters)
 
 
-def _window(req: PageRequest) -> tuple[str, datetime, datetime, str]:
+def _window(req: PageRequest, default: str = DEFAULT_WINDOW
+            ) -> tuple[str, datetime, datetime, str]:
     """The selected window ending now; hourly points up to a week, daily beyond."""
-    name = req.query.get("window", DEFAULT_WINDOW)
+    name = req.query.get("window", default)
     if name not in WINDOWS:
         raise Unprocessable(f"window: must be one of {', '.join(WINDOWS)}")
     span = WINDOWS[name]
@@ -141,7 +143,24 @@ def model(req: PageRequest) -> dict[str, Any]:
     return {"model": model_name, "team": recent[0]["team"], "window": name,
             "windows": list(WINDOWS), "start": start, "end": end, "total": total,
             "level1": level1, "jobs": recent,
+            "advice": checkpoint_advice(req.engine, model_name, start, end),
             "series": _series(req.engine, start, end, step, model=model_name)}
+
+
+def checkpoints(req: PageRequest) -> dict[str, Any]:
+    """Every model's checkpoint advice, largest projected saving first. The default window
+    is the endpoint's (30 days): a week rarely holds enough interruptions per model."""
+    name, start, end, _step = _window(req, default="30d")
+    team_name = req.query.get("team") or None
+    every = fleet_checkpoint_advice(req.engine, start, end)
+    # One read serves both the team choices and the list: the function's own team filter
+    # is this same comparison with each model's latest team.
+    teams = sorted({a["team"] for a in every})
+    shown = [a for a in every if team_name is None or a["team"] == team_name]
+    saving = sum(a["projected_saving_gpu_hours_per_day"] or 0.0 for a in shown)
+    return {"window": name, "windows": list(WINDOWS), "start": start, "end": end,
+            "team": team_name, "teams": teams, "advice": shown,
+            "advised": sum(a["status"] == "ok" for a in shown), "saving": saving}
 
 
 def job(req: PageRequest) -> dict[str, Any]:
@@ -158,10 +177,15 @@ def job(req: PageRequest) -> dict[str, Any]:
     return {"job": result, "timeline": layout(result["attempts"], segments, marks)}
 
 
+def impact(req: PageRequest) -> dict[str, Any]:
+    return impact_figures(req.engine, req.now, req.query, WINDOWS)
+
+
 PAGES: tuple[Page, ...] = (
     Page("Fleet", "/", "fleet.html", fleet, nav=True),
     Page("Team", "/teams/{team}", "team.html", team),
     Page("Model", "/models/{model}", "model.html", model),
     Page("Job", "/jobs/{job_id}", "job.html", job),
-    # Impact (nav=True) and checkpoint advice (/models/{model}/checkpoints) go here.
+    Page("Checkpoint advice", "/checkpoints", "checkpoints.html", checkpoints, nav=True),
+    Page("Impact", "/impact", "impact.html", impact, nav=True),
 )

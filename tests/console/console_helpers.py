@@ -61,12 +61,15 @@ def as_number(text: str) -> float | None:
 
 
 def fleet_until_now(models: int = 6, hours: float = 30, seed: int = 5,
-                    now: datetime | None = None) -> list[dict[str, Any]]:
+                    now: datetime | None = None,
+                    failure_rate_per_hour: float | None = None) -> list[dict[str, Any]]:
     """The simulated fleet over the last `hours`, up to now (so the default windows hold it)."""
     now = now or datetime.now(UTC)
     start = now - timedelta(hours=hours)
     cut = (now - timedelta(minutes=1)).timestamp()
     spec = FleetSpec(models=models, seed=seed)
+    if failure_rate_per_hour is not None:  # more interruptions: enough for checkpoint advice
+        spec = FleetSpec(models=models, seed=seed, failure_rate_per_hour=failure_rate_per_hour)
     return [ev for _, ev in itertools.takewhile(lambda x: x[0] < cut, fleet_events(spec, start))]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service.demo import paired
 from tests.conftest import REPO
 from tests.console.console_helpers import as_number, fleet_until_now, post_all
 from tests.factories import spec_example
@@ -38,6 +39,9 @@ def served(pg_server_url: str) -> Iterator[Any]:
         post_all(api, fleet_until_now(models=6, hours=26))
         base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=5)
         post_all(api, spec_example(job_id="example-1", model="model-example", base=base))
+        # The paired demo's baseline and optimized runs, for the impact page.
+        paired_start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=6)
+        post_all(api, [e for run in paired.paired_events(paired_start) for e in run])
         assert api.post("/v1/aggregate").status_code == 200
         yield proc, api
     proc.stop()
@@ -148,3 +152,76 @@ def test_the_job_timeline_has_a_lane_per_attempt_with_the_failure_marked(
         assert _value(page, cell) == seconds
     assert _value(page, "table.level1 [data-field=mean_ttr_seconds]") == job["level1"][
         "mean_ttr_seconds"]
+
+
+def test_the_checkpoint_advice_page_and_panel_show_the_endpoints_advice(
+        page: Any, served: Any) -> None:
+    _, api = served
+    _visit(page, "/ui/", "fleet")
+    page.click("header nav a:text('Checkpoint advice')")
+    page.wait_for_url("**/ui/checkpoints")
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=str(SHOTS / "checkpoints.png"), full_page=True)
+    span = page.locator("[data-start]")
+    window = {"start": span.get_attribute("data-start"), "end": span.get_attribute("data-end")}
+    rows = page.locator("table.checkpoints tbody tr[data-key]")
+    models = [rows.nth(i).get_attribute("data-key") for i in range(rows.count())]
+    assert set(models) == {m["model"] for m in api.get("/v1/models").json()["models"]}
+    for model in models:
+        advice = api.get(f"/v1/models/{model}/checkpoint-advice", params=window).json()
+        row = f"table.checkpoints tr[data-key='{model}']"
+        assert page.get_attribute(row, "data-status") == advice["status"]
+        assert _value(page, f"{row} [data-field=saving]") == advice[
+            "projected_saving_gpu_hours_per_day"]
+        assert _value(page, f"{row} [data-field=interval_daly]") == advice[
+            "interval_seconds"]["daly"]
+    page.click("table.checkpoints tbody tr:first-child td:first-child a")
+    page.wait_for_load_state("networkidle")
+    assert "/ui/models/" in page.url and "window=30d" in page.url
+    page.screenshot(path=str(SHOTS / "model-advice.png"), full_page=True)
+    span = page.locator("[data-start]")
+    window = {"start": span.get_attribute("data-start"), "end": span.get_attribute("data-end")}
+    advice = api.get(f"/v1/models/{models[0]}/checkpoint-advice", params=window).json()
+    assert page.get_attribute("table.advice", "data-status") == advice["status"]
+    assert page.console_errors == []
+
+
+def test_the_impact_page_compares_the_paired_runs_and_projects_a_whatif(
+        page: Any, served: Any) -> None:
+    _, api = served
+    _visit(page, "/ui/", "fleet")
+    page.click("header nav a:text('Impact')")
+    page.wait_for_url("**/ui/impact")
+    page.wait_for_load_state("networkidle")
+    page.fill("form.impact input[name=model]", "paired_*")
+    page.click("form.impact button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=str(SHOTS / "impact.png"), full_page=True)
+    base = page.locator("table.cohorts tr[data-key=baseline]")
+    cand = page.locator("table.cohorts tr[data-key=candidate]")
+    params = {"baseline_start": base.get_attribute("data-start"),
+              "baseline_end": base.get_attribute("data-end"),
+              "candidate_start": cand.get_attribute("data-start"),
+              "candidate_end": cand.get_attribute("data-end"), "model": "paired_*",
+              "baseline_label": "variant:baseline", "candidate_label": "variant:optimized"}
+    doc = api.get("/v1/impact", params=params).json()
+    assert doc["candidate"]["jobs"] == 6
+    assert _value(page, ".summary [data-field=delta_ett_pp]") == doc["delta_ett_pp"] > 0
+    assert _value(page, ".summary [data-field=recovery_share]") == doc["recovery_share"]
+    assert _value(page, ".summary [data-field=startup_cascade]") == doc["startup_credit"][
+        "cascade"]
+    for term, saved in doc["savings"]["by_term"].items():
+        assert _value(page, f"table.by-term tr[data-key={term}] [data-field=saved]") == saved
+    page.select_option("form.whatif select[name=whatif_component]", "compilation")
+    page.fill("form.whatif input[name=whatif_reduction]", "0.9")
+    page.click("form.whatif button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=str(SHOTS / "impact-whatif.png"), full_page=True)
+    whatif = api.get("/v1/whatif", params={
+        "start": params["candidate_start"], "end": params["candidate_end"], "model": "paired_*",
+        "label": "variant:optimized", "component": "compilation", "reduction": 0.9}).json()
+    assert _value(page, "table.whatif tr[data-key=cascade] [data-field=projected_ett_ratio]") == (
+        whatif["projected_ett_ratio"]["cascade"])
+    assert _value(page, "table.whatif tr[data-key=direct] [data-field=gpu_seconds_saved]") == (
+        whatif["gpu_seconds_saved"]["direct"])
+    assert page.console_errors == []

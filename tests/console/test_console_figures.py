@@ -162,3 +162,12 @@ def test_slo_burn_of_a_component_share_from_the_rollups(db_engine) -> None:
     assert ett.error == pytest.approx(0.25) and ett.burn == pytest.approx(2.5)
     assert ett.status == "ticket"
     assert team_burns(db_engine, spec, "nobody", now) == []
+
+
+def test_a_saving_that_rounds_to_zero_from_below_reads_zero() -> None:
+    from service.console.formats import hours
+
+    # -0.04 GPU-hours a day (a model already near Daly's interval) is 0.0, not -0.0;
+    # -0.06 is a real regression and keeps its sign.
+    assert [hours(-0.04), hours(-0.06), hours(1234.56), hours(None)] == [
+        "0.0", "-0.1", "1,234.6", "\u2013"]
