@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import signal
@@ -53,20 +55,53 @@ class EmbeddedPostgres:
         return url.render_as_string(hide_password=False)
 
     def stop(self) -> None:
-        """Stop the server, whoever started it.
+        """Stop the server unless another live process still uses it.
 
         pgserver stops it only when the last process it recorded as a user exits, and a
         killed `ett serve` (kill -9, a closed terminal) stays recorded: its successor would
-        then never stop the server. The data directory is this process's alone, so once
-        pgserver is done the postmaster that `postmaster.pid` names is shut down here.
+        then never stop the server. So the users are read here and the dead ones dropped;
+        with no live user left the postmaster that `postmaster.pid` names is shut down. A
+        live one (`ett serve` while `ett report` attaches to the same data directory) keeps
+        it running.
         """
         if self._server is None:
             return
+        pgdata = self.data_dir / "pg"
         try:
             self._server.cleanup()  # type: ignore[attr-defined]
         finally:
             self._server = None
-            stop_postmaster(self.data_dir / "pg")
+            if not live_users(pgdata):
+                stop_postmaster(pgdata)
+
+
+def live_users(pgdata: Path) -> list[int]:
+    """The other live processes pgserver records as using `pgdata`; the dead are dropped
+    from its record so that the last live one stops the server."""
+    record = pgdata / ".handle_pids.json"
+    try:
+        pids = [int(p) for p in json.loads(record.read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+    live = [pid for pid in pids if pid != os.getpid() and _alive(pid)]
+    if live != pids:
+        with contextlib.suppress(OSError):
+            record.write_text(json.dumps(live))
+    return live
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) is not a user.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
 
 
 def postmaster_pid(pgdata: Path) -> int | None:

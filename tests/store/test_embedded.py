@@ -109,6 +109,34 @@ def test_serve_stops_its_postgres_on_every_exit_even_after_a_killed_predecessor(
     assert not (data / "pg" / "postmaster.pid").exists()
 
 
+@pytest.mark.slow
+def test_a_command_attached_to_a_running_serve_leaves_its_postgres_running(tmp_path) -> None:
+    """`ett tokens list` (any command but serve) attaches to the embedded server of a
+    running `ett serve`; its exit must not stop the server the service still uses."""
+    data = tmp_path / "ett-data"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _serve(data, port)
+    try:
+        _wait_ready(url, proc)
+        postmaster = _postgres_alive(data)
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("ETT_DATABASE_URL", "ETT_ADMIN_TOKEN")}
+        env.update(ETT_DATA_DIR=str(data), ETT_LOG_LEVEL="warning")
+        listed = subprocess.run([sys.executable, "-m", "service.cli", "tokens", "list"],
+                                cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        assert _postgres_alive(data) == postmaster
+        token = (data / "admin-token").read_text().strip()
+        r = httpx.post(url + "/v1/events", json={"events": [event("heartbeat", 1)]},
+                       headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 202, r.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert _postgres_alive(data) is None, out
+
+
 def test_the_banner_never_prints_a_configured_admin_token(tmp_path) -> None:
     from service.cli.serve import admin_token_line
     from service.settings import Settings
