@@ -120,8 +120,11 @@ def _live() -> list[PanelBuilder]:
             "Held GPU-hours per hour of jobs whose model has no team: posted without `team`, "
             "and not named in the taxonomy's `models:`. Give the model a team there (or "
             "`Recorder(team=...)` / ETT_TEAM) so its time is billed to someone.",
-            [promql('sum by (model) (rate(ett_held_gpu_seconds_total{team="unassigned", '
-                    'model=~"$model"}[$__rate_interval])) * 3600', "{{model}}")],
+            # `or vector(0)`: a fleet with nothing unassigned draws a flat zero, the good
+            # news, rather than "no data", which reads like a broken panel.
+            [promql('(sum by (model) (rate(ett_held_gpu_seconds_total{team="unassigned", '
+                    'model=~"$model"}[$__rate_interval])) * 3600) or on() vector(0)',
+                    "{{model}}")],
             "suffix: GPU-h/h", w=12, stacked=True),
     ]
 

@@ -30,9 +30,16 @@ COMPONENT_PHASES = {
 }
 HEARTBEAT_S = 300.0
 # Checkpoint habits differ between models, so checkpoint advice differs between them:
-# training seconds between saves, and the (low, high) blocking seconds of one save.
+# training seconds between saves, and a save's mean blocking time as a share of that
+# interval. The shares stay under 1%, as a healthy fleet's do: the demo also drives the
+# alerting tests, where the checkpointing team's wasted-training SLO (3%) must hold.
 CHECKPOINT_EVERY_S = (900.0, 2700.0, 5400.0, 1800.0, 10800.0)
-CHECKPOINT_SAVE_S = ((5.0, 30.0), (60.0, 240.0), (20.0, 60.0))
+CHECKPOINT_SAVE_SHARE = (0.003, 0.009, 0.006)
+
+
+def checkpoint_save_s(every_s: float, share: float) -> tuple[float, float]:
+    """(low, high) blocking seconds of one save: uniform around `share` of the interval."""
+    return (every_s * share * 0.5, every_s * share * 1.5)
 
 
 @dataclass(frozen=True)
@@ -84,9 +91,11 @@ def fleet_models(spec: FleetSpec) -> list[DemoModel]:
         kind = MODEL_KINDS[k % len(MODEL_KINDS)]
         # Every team gets the same mix of sizes, so no team dominates the fleet's GPU time.
         gpus = GPU_CHOICES[(3 * k + 1) % len(GPU_CHOICES)]
+        every = CHECKPOINT_EVERY_S[i % len(CHECKPOINT_EVERY_S)]
         models.append(DemoModel(f"{team}_{kind}_{i:03d}", team, gpus,
-                                checkpoint_every_s=CHECKPOINT_EVERY_S[i % len(CHECKPOINT_EVERY_S)],
-                                checkpoint_save_s=CHECKPOINT_SAVE_S[i % len(CHECKPOINT_SAVE_S)]))
+                                checkpoint_every_s=every,
+                                checkpoint_save_s=checkpoint_save_s(
+                                    every, CHECKPOINT_SAVE_SHARE[i % len(CHECKPOINT_SAVE_SHARE)])))
     return models
 
 
