@@ -20,6 +20,7 @@ from service.store.engine import db_unavailable
 from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire.batch import validate_batch
+from service.wire.whole import decide_whole
 
 log = logging.getLogger(__name__)
 
@@ -173,13 +174,18 @@ def build_router(
             charged += n
 
         try:
-            # No name keeps the body or the parsed batch alive past validation.
-            batch = validate_batch(
-                parse_batch(await read_limited_body(request, limits.max_body_bytes, charge),
-                            limits.max_batch_events),
-                principal, now=clock(), max_future_s=limits.max_future_s,
-                max_age_s=limits.max_age_s, owner_of=owner_of,
-            )
+            body = await read_limited_body(request, limits.max_body_bytes, charge)
+            now = clock()
+            batch = decide_whole(
+                body, limits.max_batch_events, principal, now=now,
+                max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
+                owner_of=owner_of)
+            if batch is None:  # some event needs deciding on its own (or the body is bad)
+                batch = validate_batch(
+                    parse_batch(body, limits.max_batch_events), principal, now=now,
+                    max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
+                    owner_of=owner_of)
+            del body  # nothing keeps the body alive past validation
             if not batch.lines and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))
             if pool is not None:

@@ -25,8 +25,10 @@ from .event import (
     CANONICAL_UUID_RE,
     EVENT_TYPES,
     KNOWN_FIELDS,
+    MAX_GPUS,
     MAX_INT32,
     NAME_RE,
+    RESERVED_PHASES,
     WireError,
     WireEvent,
     attrs_json,
@@ -95,7 +97,7 @@ def _plain_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
     if gpus is None:
         if etype == "allocated":
             return None
-    elif type(gpus) is not int or not 1 <= gpus <= MAX_INT32:
+    elif type(gpus) is not int or not 1 <= gpus <= MAX_GPUS:
         return None
     if (team is not None and team not in names) or (
             rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_INT32)):
@@ -123,7 +125,8 @@ def _learn_names(obj: Any, names: set[str]) -> None:
     if type(obj) is dict:
         for key in ("job_id", "model", "phase", "team"):
             value = obj.get(key)
-            if type(value) is str and value not in names and NAME_RE.fullmatch(value):
+            if (type(value) is str and value not in names and NAME_RE.fullmatch(value)
+                    and value not in RESERVED_PHASES):
                 names.add(value)
 
 

@@ -40,6 +40,20 @@ NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 CANONICAL_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MAX_ATTRS_BYTES = 8 * 1024
 MAX_INT32 = 2**31 - 1
+# GPUs one attempt may hold: at most the whole fleet of a million GPUs that the stored sums
+# are sized for (2**31 - 1 GPUs for three hours overflowed a 64-bit sum of GPU-microseconds).
+MAX_GPUS = 1_000_000
+# `attrs.step` is kept in jsonb and read back as a 64-bit integer.
+MAX_STEP = 2**63 - 1
+# Phases the service derives itself: a writer may not send them (they would be counted twice
+# or forged).
+RESERVED_PHASES = frozenset({"lost_progress"})
+# RFC 3339 section 5.6 (`T`/`Z` in either case; the space its note allows), ASCII digits only:
+# `datetime.fromisoformat` alone also takes ISO 8601 forms that are not RFC 3339 (week dates,
+# the basic format, an hour without minutes, offsets without a colon).
+RFC3339_RE = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})")
 
 
 class WireError(ValueError):
@@ -69,28 +83,31 @@ class WireEvent:
 def parse_rfc3339(value: Any, field: str) -> datetime:
     if not isinstance(value, str):
         raise WireError(f"{field}: must be an RFC 3339 timestamp string")
+    if not RFC3339_RE.fullmatch(value):
+        if RFC3339_RE.fullmatch(value + "Z"):
+            raise WireError(
+                f"{field}: timestamp needs a UTC offset (for example 'Z' or '+00:00')")
+        raise WireError(
+            f"{field}: {value[:64]!r} is not an RFC 3339 timestamp"
+            " (YYYY-MM-DDTHH:MM:SS[.fraction] then Z or +HH:MM)")
     try:
-        parsed = datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value.upper())
     except ValueError:
         raise WireError(f"{field}: {value[:64]!r} is not an RFC 3339 timestamp") from None
-    if parsed.tzinfo is None:
-        raise WireError(f"{field}: timestamp needs a UTC offset (for example 'Z' or '+00:00')")
-    if "T" not in value and "t" not in value and " " not in value:
-        raise WireError(f"{field}: timestamp needs a time of day, not only a date")
     try:
         return parsed.astimezone(UTC)
     except OverflowError:  # year 1 with a positive offset, year 9999 with a negative one
         raise WireError(f"{field}: {value[:64]!r} is out of range in UTC") from None
 
 
-def _int(value: Any, field: str, minimum: int) -> int:
+def _int(value: Any, field: str, minimum: int, maximum: int = MAX_INT32) -> int:
     # bool is an int subclass; `true` is never a valid count.
     if isinstance(value, bool) or not isinstance(value, int):
         raise WireError(f"{field}: must be an integer")
     if value < minimum:
         raise WireError(f"{field}: must be >= {minimum}, got {value}")
-    if value > MAX_INT32:
-        raise WireError(f"{field}: must be <= {MAX_INT32}, got {value}")
+    if value > maximum:
+        raise WireError(f"{field}: must be <= {maximum}, got {value}")
     return value
 
 
@@ -149,8 +166,9 @@ def attrs_json(value: Any, etype: str) -> str | None:
         if snap is not None and not (isinstance(snap, int | float) and not isinstance(snap, bool)):
             parse_rfc3339(snap, "attrs.snapshot_ts")
         step = value.get("step")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise WireError("attrs.step: must be a non-negative integer")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                                 or not 0 <= step <= MAX_STEP):
+            raise WireError(f"attrs.step: must be a non-negative integer <= {MAX_STEP}")
     if (
         etype == "phase_start"
         and "background" in value
@@ -203,11 +221,13 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
         phase = _name(phase, "phase")
     elif phase is not None:
         phase = _name(phase, "phase")
+    if phase in RESERVED_PHASES:
+        raise WireError(f"phase: {phase} is derived by the service and may not be sent")
     gpus = obj.get("gpus")
     if etype == "allocated" and gpus is None:
         raise WireError("gpus: is required for allocated")
     if gpus is not None:
-        gpus = _int(gpus, "gpus", 1)
+        gpus = _int(gpus, "gpus", 1, MAX_GPUS)
     team = obj.get("team")
     if team is not None:
         team = _name(team, "team")
