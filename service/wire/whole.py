@@ -3,27 +3,31 @@ the batch's columns, and the COPY lines.
 
 msgspec decodes the body straight from bytes into typed structs in C (types, integer bounds,
 unknown fields) at ~1 us per event. What it cannot check cheaply per event is checked once
-per batch: the ids and timestamps as one joined string against one compiled pattern, the
-names as the batch's few distinct values. A batch this path does not certainly decide as
-`wire.batch.validate_batch` would (any event that is invalid, unusual or merely in another
-normal form, an in-batch duplicate, a scope error) is answered None, and the caller decides
-the whole batch the per-event way: every rejection and its wording stay that path's.
+per batch, in C as far as possible: the ids as one joined string (their dashes and commas by
+slicing, the rest by deleting hex digits), the timestamps as one JSON array of RFC 3339
+instants that msgspec reads, the names as the batch's few distinct values. A batch this path
+does not certainly decide as `wire.batch.validate_batch` would (any event that is invalid,
+unusual or merely in another normal form, an in-batch duplicate, a scope error) is answered
+None, and the caller decides the whole batch the per-event way: every rejection and its
+wording stay that path's.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import msgspec
+import orjson
 
 from service.store.copy_text import NULL as _N
 
 from .batch import ValidatedBatch, WriteScope
 from .event import (
     EVENT_TYPES,
+    MAX_ATTRS_BYTES,
     MAX_GPUS,
     MAX_INT32,
     NAME_RE,
@@ -59,12 +63,10 @@ _DECODER = msgspec.json.Decoder(_Batch)
 _HEX = b"0123456789abcdef"
 # A canonical id, as str(uuid.UUID(...)) writes it, is hex but for a dash at each of these.
 _ID_DASHES = (8, 13, 18, 23)
-# UTC to the microsecond, the form datetime.fromisoformat and PostgreSQL read alike: stored
-# as sent. Days past a month's end are caught by the check of the distinct dates.
-_TS = (r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-       r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|\+00:00)")
-_TS_RE = re.compile(f"(?:{_TS},)*{_TS}")
-_SECOND = "%Y-%m-%dT%H:%M:%S"
+# msgspec reads RFC 3339 timestamps in C (days past a month's end, hour 24 and second 60
+# refused); what it reads beyond the plain UTC form stored as sent is counted out below.
+_STAMPS = msgspec.json.Decoder(list[datetime])
+_LONG_FRACTION = re.compile(r"\.[0-9]{7}")
 _PHASE_TYPES = frozenset({"phase_start", "phase_end"})
 
 
@@ -84,13 +86,21 @@ def _ids_canonical(ids: list[str]) -> bool:
     return len(joined.translate(None, _HEX)) == 5 * n - 1
 
 
-def _dates_exist(stamps: list[str]) -> bool:
-    try:
-        for day in {ts[:10] for ts in stamps}:
-            date.fromisoformat(day)
-    except ValueError:
+def _stamps_plain(stamps: list[str], lo: datetime, hi: datetime) -> bool:
+    """Every timestamp RFC 3339 in UTC ('T', then 'Z' or '+00:00'), to the microsecond,
+    within (lo, hi): the form PostgreSQL reads as datetime.fromisoformat does, so stored as
+    sent. A quote in one breaks the array, so it cannot pass for two."""
+    joined = ",".join(stamps)
+    n = len(stamps)
+    if ("t" in joined or "z" in joined or " " in joined or joined.count("-") != 2 * n
+            or joined.count("Z") + joined.count("+") != n
+            or joined.count("+") != joined.count("+00:00") or _LONG_FRACTION.search(joined)):
         return False
-    return True
+    try:
+        instants = _STAMPS.decode(('["' + joined.replace(",", '","') + '"]').encode())
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return False
+    return len(instants) == n and lo < min(instants) and max(instants) < hi
 
 
 def _names_valid(names: set[Any]) -> bool:
@@ -106,15 +116,29 @@ def _kinds_valid(kinds: set[tuple[str, str | None, bool]]) -> bool:
                and not (no_gpus and etype == "allocated") for etype, phase, no_gpus in kinds)
 
 
+# Types whose attrs have rules of their own (`wire.event.attrs_json`); the others' attrs
+# need only be storable.
+_ATTRS_RULES = frozenset({"failure", "released", "checkpoint", "phase_start"})
+
+
+def _attrs_text(attrs: dict[str, Any], etype: str) -> str:
+    if etype in _ATTRS_RULES:
+        text = attrs_json(attrs, etype)
+        assert text is not None
+    else:
+        dumped = orjson.dumps(attrs)  # TypeError: an integer beyond 64 bits
+        if len(dumped) > MAX_ATTRS_BYTES or b"\\u0000" in dumped:
+            raise WireError("attrs")
+        text = dumped.decode()
+    return text.replace("\\", "\\\\")
+
+
 def _line(e: _Event) -> str:
     phase, gpus, team, rank, attrs = e.phase, e.gpus, e.team, e.rank, e.attrs
     return (f"{e.event_id}\t{e.ts}\t{e.job_id}\t{e.attempt}\t{e.model}\t{e.type}\t"
             f"{_N if phase is None else phase}\t{_N if gpus is None else gpus}\t"
             f"{_N if team is None else team}\t{_N if rank is None else rank}\t"
-            f"{_N if attrs is None else attrs_json(attrs, e.type).replace(_BS, _BS2)}\t\\N\n")
-
-
-_BS, _BS2 = "\\", "\\\\"
+            f"{_N if attrs is None else _attrs_text(attrs, e.type)}\t\\N\n")
 
 
 def decide_whole(
@@ -129,20 +153,14 @@ def decide_whole(
         return None
     if not 0 < len(events) <= max_events:
         return None
-    ids = [e.event_id for e in events]
-    stamps = [e.ts for e in events]
-    if not _ids_canonical(ids) or not _TS_RE.fullmatch(",".join(stamps)):
-        return None
-    lo = (now - timedelta(seconds=max_age_s)).strftime(_SECOND)
-    hi = (now + timedelta(seconds=max_future_s)).strftime(_SECOND)
-    # Same layout up to the second, so the string order is the time order there; an instant
-    # within the bounds' own seconds is left to the per-event path.
-    if not (lo < min(stamps)[:19] and max(stamps)[:19] < hi and _dates_exist(stamps)):
+    if not _ids_canonical([e.event_id for e in events]) or not _stamps_plain(
+            [e.ts for e in events], now - timedelta(seconds=max_age_s),
+            now + timedelta(seconds=max_future_s)):
         return None
     jobs = {e.job_id for e in events}
     scopes = {(e.model, e.team) for e in events}
     kinds = {(e.type, e.phase, e.gpus is None) for e in events}
-    if (len(set(ids)) != len(ids) or not _kinds_valid(kinds)
+    if (len({e.event_id for e in events}) != len(events) or not _kinds_valid(kinds)
             or not _names_valid(jobs | {m for m, _ in scopes} | {t for _, t in scopes}
                                 | {p for _, p, _ in kinds})):
         return None
