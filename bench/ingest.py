@@ -58,6 +58,9 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     target = [round(h["api"] / c["postgres"], 3) for h, c in
               zip(out["cpu_seconds"]["http"], out["cpu_seconds"]["copy"], strict=True)]
     held = sum(r <= TARGET for r in target)
+    n_run = batches * 1000
+    api_runs = [round(h["api"] / n_run * 1e6, 2) for h in out["cpu_seconds"]["http"]]
+    pg_runs = [round(c["postgres"] / n_run * 1e6, 2) for c in out["cpu_seconds"]["copy"]]
     rss = out["api_rss_mb"]
     peaks = [r["peak"] for r in rss]
     cpu_ceiling = round(per_event["copy"]["total"] / per_event["http"]["total"], 2)
@@ -69,6 +72,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
           f" ratio {fmt(ratio, '', 2)}, errors {out['errors']}")
     print(f"  target 1, API CPU per event / PostgreSQL COPY CPU per event, per run: {target}"
           f" (<= {TARGET}: {held}/{len(target)} held{'' if held == len(target) else ', NOT MET'})")
+    print(f"  per run, CPU us per event: API {api_runs}, PostgreSQL (COPY) {pg_runs}")
     print(f"  API RSS after each run (MiB): now {[r['now'] for r in rss]}, peak {peaks}")
     print(f"  store path alone (validated beforehand, 4 connections): {fmt(store, ' ev/s', 0)},"
           f" ratio to COPY {fmt(store_ratio, '', 2)}")
@@ -81,6 +85,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                "cpu_us_per_event": per_event, "cpu_ceiling": cpu_ceiling,
                "api_budget_us_for_target": api_budget,
                "target_ratio_per_run": target, "target_held_runs": held,
+               "api_cpu_us_per_run": api_runs, "copy_postgres_cpu_us_per_run": pg_runs,
                "api_rss_mb_per_run": rss,
                "cpus": os.cpu_count()}
     judged = None if quick else True

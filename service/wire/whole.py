@@ -133,14 +133,6 @@ def _attrs_text(attrs: dict[str, Any], etype: str) -> str:
     return text.replace("\\", "\\\\")
 
 
-def _line(e: _Event) -> str:
-    phase, gpus, team, rank, attrs = e.phase, e.gpus, e.team, e.rank, e.attrs
-    return (f"{e.event_id}\t{e.ts}\t{e.job_id}\t{e.attempt}\t{e.model}\t{e.type}\t"
-            f"{_N if phase is None else phase}\t{_N if gpus is None else gpus}\t"
-            f"{_N if team is None else team}\t{_N if rank is None else rank}\t"
-            f"{_N if attrs is None else _attrs_text(attrs, e.type)}\t\\N\n")
-
-
 def decide_whole(
     body: bytes | bytearray, max_events: int, principal: WriteScope, *, now: datetime,
     max_future_s: float, max_age_s: float,
@@ -168,8 +160,14 @@ def decide_whole(
         if not principal.may_write(model) or principal.team_claim_error(
                 model, team, owner_of(model)) is not None:
             return None
+    # One f-string per event, inline (a function call per event cost a quarter of it).
     try:
-        lines = [_line(e) for e in events]
+        lines = [
+            f"{e.event_id}\t{e.ts}\t{e.job_id}\t{e.attempt}\t{e.model}\t{e.type}\t"
+            f"{_N if e.phase is None else e.phase}\t{_N if e.gpus is None else e.gpus}\t"
+            f"{_N if e.team is None else e.team}\t{_N if e.rank is None else e.rank}\t"
+            f"{_N if e.attrs is None else _attrs_text(e.attrs, e.type)}\t\\N\n"
+            for e in events]
     except (WireError, TypeError):
         return None
     return ValidatedBatch(lines, jobs, [], 0, [])
