@@ -20,7 +20,14 @@ parties share, the rates follow the totals).
 from __future__ import annotations
 
 import os
+import time
+from datetime import UTC, datetime
 from typing import Any
+
+from service.access.auth import Principal
+from service.ingest import parse_batch
+from service.wire.batch import validate_batch
+from service.wire.whole import decide_whole
 
 from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, libpq_url, record, run_json, spread
 
@@ -28,7 +35,32 @@ NAME = "ingest_batch"
 TARGET = 0.5
 
 
+def validation_us(quick: bool) -> dict[str, float]:
+    """CPU per event of deciding the benchmark's bodies in this process: the whole-batch
+    path, and the per-event path it falls back to (JSON parse, then `validate_batch`)."""
+    from .loadgen import Ids, http_bodies, template_events
+
+    bodies = http_bodies(template_events(2000), 4 if quick else 20, 1000, Ids(5))
+    admin = Principal(role="admin", token_id="bench")
+    limits = {"now": datetime.now(UTC), "max_future_s": 300.0, "max_age_s": 400 * 86400.0}
+    paths = {
+        "whole": lambda b: decide_whole(b, 5000, admin, **limits),
+        "per_event": lambda b: validate_batch(parse_batch(b, 5000), admin, **limits),
+    }
+    out = {}
+    for name, decide in paths.items():
+        best = float("inf")
+        for _ in range(3):  # the least of three: the machine's noise only ever adds
+            began = time.process_time()
+            for body in bodies:
+                decide(body)
+            best = min(best, time.process_time() - began)
+        out[name] = round(best / (len(bodies) * 1000) * 1e6, 2)
+    return out
+
+
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:
+    validation = validation_us(quick)
     url = pg.create_database("bench_ingest")
     batches = 8 if quick else 40
     clients = 4
@@ -72,6 +104,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
           f" ratio {fmt(ratio, '', 2)}, errors {out['errors']}")
     print(f"  target 1, API CPU per event / PostgreSQL COPY CPU per event, per run: {target}"
           f" (<= {TARGET}: {held}/{len(target)} held{'' if held == len(target) else ', NOT MET'})")
+    print(f"  deciding the bodies in-process, CPU us per event: whole-batch path"
+          f" {validation['whole']}, per-event path {validation['per_event']}")
     print(f"  per run, CPU us per event: API {api_runs}, PostgreSQL (COPY) {pg_runs}")
     print(f"  API RSS after each run (MiB): now {[r['now'] for r in rss]}, peak {peaks}")
     print(f"  store path alone (validated beforehand, 4 connections): {fmt(store, ' ev/s', 0)},"
@@ -86,6 +120,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                "api_budget_us_for_target": api_budget,
                "target_ratio_per_run": target, "target_held_runs": held,
                "api_cpu_us_per_run": api_runs, "copy_postgres_cpu_us_per_run": pg_runs,
+               "validation_cpu_us_per_event": validation,
                "api_rss_mb_per_run": rss,
                "cpus": os.cpu_count()}
     judged = None if quick else True
@@ -97,6 +132,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
          None if judged is None else held == len(target) and out["errors"] == 0),
         ("HTTP ingest rate / direct COPY rate (same run; plain figure)", fmt(ratio, "", 2),
          None),
+        ("deciding a 1000-event body in-process: whole-batch path vs per-event path",
+         f"{validation['whole']} us vs {validation['per_event']} us per event", None),
         ("API peak RSS after each run (flat: the last within 10% of the first)",
          f"{peaks} MiB", None if judged is None else peaks[-1] <= 1.1 * peaks[0]),
         ("ingest rate, 1000-event batches, embedded PostgreSQL (plain figure)",

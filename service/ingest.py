@@ -23,6 +23,7 @@ from service.wire.batch import validate_batch
 from service.wire.whole import decide_whole
 
 log = logging.getLogger(__name__)
+WHOLE_MIN_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,9 @@ def build_router(
         try:
             body = await read_limited_body(request, limits.max_body_bytes, charge)
             now = clock()
-            batch = decide_whole(
+            # A body of a few events costs the whole-batch path's fixed part more
+            # than it saves (28 against 19 us for one event).
+            batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
                 body, limits.max_batch_events, principal, now=now,
                 max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
                 owner_of=owner_of)

@@ -41,6 +41,27 @@ def test_a_valid_batch_is_accepted_and_stored_whole(api, db_engine) -> None:
     assert rows[2].extra == {"future_field": "kept"}
 
 
+def test_a_large_batch_is_stored_the_same_and_a_bad_event_in_it_rejected_alone(
+        api, db_engine) -> None:
+    # Large enough for the whole-batch path (service.wire.whole); one bad event sends the
+    # second batch to the per-event path, which rejects it alone by index.
+    batch = [event("phase_start", i / 60, phase="training", team="ads", rank=0,
+                   attrs={"background": False}) for i in range(200)]
+    r = api.post("/v1/events", json={"events": batch})
+    assert r.json() == {"accepted": 200, "duplicates": 0, "rejected": []}
+    assert api.post("/v1/events", json={"events": batch}).json()["duplicates"] == 200
+    more = [event("heartbeat", 10 + i / 60, attrs={"step": i}) for i in range(200)]
+    more[7]["gpus"] = 10**6 + 1
+    r = api.post("/v1/events", json={"events": more})
+    assert r.json() == {"accepted": 199, "duplicates": 0, "rejected": [
+        {"index": 7, "error": "gpus: must be <= 1000000, got 1000001"}]}
+    with db_engine.connect() as conn:
+        rows = conn.execute(text("SELECT phase, team, rank, attrs FROM events"
+                                 " WHERE type = 'phase_start' ORDER BY ts LIMIT 1")).one()
+    assert tuple(rows) == ("training", "ads", 0, {"background": False})
+    assert len(stored(db_engine)) == 399
+
+
 def test_a_retried_batch_stores_nothing_twice(api, db_engine) -> None:
     batch = [event("allocated", 0, gpus=8), event("heartbeat", 1)]
     assert api.post("/v1/events", json={"events": batch}).json()["accepted"] == 2
