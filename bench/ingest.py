@@ -59,6 +59,25 @@ def validation_us(quick: bool) -> dict[str, float]:
     return out
 
 
+def cost_split(srv_url: str, pid: int, quick: bool) -> dict[str, float]:
+    """The API's CPU per request and per event: batches of 100 and of 1000 events posted to
+    the same server, its CPU from /proc, a line through the two points."""
+    import asyncio
+
+    from .loadgen import Ids, _proc_cpu, http_bodies, send_batches, template_events
+
+    template, ids, per_size = template_events(2000), Ids(6), (4000 if quick else 40000)
+    ms_per_request = {}
+    for size in (100, 1000):
+        bodies = http_bodies(template, per_size // size, size, ids)
+        began = _proc_cpu(pid)
+        asyncio.run(send_batches(srv_url, ADMIN_TOKEN, bodies, 4))
+        ms_per_request[size] = (_proc_cpu(pid) - began) / len(bodies) * 1e3
+    per_event_us = (ms_per_request[1000] - ms_per_request[100]) / 900 * 1e3
+    return {"per_request_ms": round(ms_per_request[100] - 100 * per_event_us / 1e3, 2),
+            "per_event_us": round(per_event_us, 2)}
+
+
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     validation = validation_us(quick)
     url = pg.create_database("bench_ingest")
@@ -69,6 +88,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                         "--dsn", libpq_url(url), "--clients", str(clients),
                         "--batches", str(batches), "--runs", "5",
                         "--server-pid", str(srv.pid)])
+        split = cost_split(srv.url, srv.pid, quick)
     pg.drop_database(url)
     http, copy = spread(out["http_events_per_s"], 0), spread(out["copy_events_per_s"], 0)
     ratios = [h / c for h, c in zip(out["http_events_per_s"], out["copy_events_per_s"],
@@ -106,6 +126,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
           f" (<= {TARGET}: {held}/{len(target)} held{'' if held == len(target) else ', NOT MET'})")
     print(f"  deciding the bodies in-process, CPU us per event: whole-batch path"
           f" {validation['whole']}, per-event path {validation['per_event']}")
+    print(f"  API CPU split (batches of 100 and 1000): {split['per_request_ms']} ms per"
+          f" request + {split['per_event_us']} us per event")
     print(f"  per run, CPU us per event: API {api_runs}, PostgreSQL (COPY) {pg_runs}")
     print(f"  API RSS after each run (MiB): now {[r['now'] for r in rss]}, peak {peaks}")
     print(f"  store path alone (validated beforehand, 4 connections): {fmt(store, ' ev/s', 0)},"
@@ -120,7 +142,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                "api_budget_us_for_target": api_budget,
                "target_ratio_per_run": target, "target_held_runs": held,
                "api_cpu_us_per_run": api_runs, "copy_postgres_cpu_us_per_run": pg_runs,
-               "validation_cpu_us_per_event": validation,
+               "validation_cpu_us_per_event": validation, "api_cpu_split": split,
                "api_rss_mb_per_run": rss,
                "cpus": os.cpu_count()}
     judged = None if quick else True
@@ -132,6 +154,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
          None if judged is None else held == len(target) and out["errors"] == 0),
         ("HTTP ingest rate / direct COPY rate (same run; plain figure)", fmt(ratio, "", 2),
          None),
+        ("API CPU per request and per event (batches of 100 and 1000, same server)",
+         f"{split['per_request_ms']} ms + {split['per_event_us']} us per event", None),
         ("deciding a 1000-event body in-process: whole-batch path vs per-event path",
          f"{validation['whole']} us vs {validation['per_event']} us per event", None),
         ("API peak RSS after each run (flat: the last within 10% of the first)",

@@ -89,10 +89,12 @@ def _ids_canonical(ids: list[str]) -> bool:
 def _stamps_plain(stamps: list[str], lo: datetime, hi: datetime) -> bool:
     """Every timestamp RFC 3339 in UTC ('T', then 'Z' or '+00:00'), to the microsecond,
     within (lo, hi): the form PostgreSQL reads as datetime.fromisoformat does, so stored as
-    sent. A quote in one breaks the array, so it cannot pass for two."""
+    sent. A quote in one breaks the array, so it cannot pass for two; a backslash would be
+    read as an escape there (and in COPY text), so none may be in any."""
     joined = ",".join(stamps)
     n = len(stamps)
-    if ("t" in joined or "z" in joined or " " in joined or joined.count("-") != 2 * n
+    if ("\\" in joined or "t" in joined or "z" in joined or " " in joined
+            or joined.count("-") != 2 * n
             or joined.count("Z") + joined.count("+") != n
             or joined.count("+") != joined.count("+00:00") or _LONG_FRACTION.search(joined)):
         return False

@@ -34,6 +34,8 @@ _raw_texts = st.sampled_from([
     '"attempt": 1, "attempt": -1', '"phase": null', '"team": null', '"gpus": null',
     '"attrs": null', '"rank": 2147483648', '"attrs": {"step": 9223372036854775808}',
     '"phase": "lost_progress"', '"ts": "2026-11-01t10:00:00z"',
+    # A backslash msgspec would read as an escape once the stamps are joined into an array:
+    '"ts": "2026-11-01T00:01:00.5\\\\u0030Z"', '"ts": "2026-11-01T00:01:00\\\\u005a"',
 ])
 
 
@@ -103,7 +105,8 @@ def test_plain_valid_batches_take_the_whole_path_with_the_same_rows(types, stamp
     {"event_id": str(uuid.uuid4()).upper()},  # valid, stored in another normal form
     {"ts": "2026-11-01T12:00:00+02:00"}, {"ts": "2026-11-01t10:00:00z"},
     {"ts": "2026-02-30T10:00:00Z"},  # no such day: rejected on its own
-    {"ts": "2026-11-02T00:05:00Z"},  # within the bound's own second
+    {"ts": "2026-11-02T00:05:00Z"},  # past the bound
+    {"ts": "2026-11-01T00:01:00.5\\u0030Z"},  # an escape once joined into a JSON array
     {"future_field": 1}, {"type": "phase_end", "phase": None}, {"gpus": 0}, {"job_id": "a b"},
     {"phase": "lost_progress"}, {"type": "started"},
 ])
