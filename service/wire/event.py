@@ -43,7 +43,7 @@ MAX_INT32 = 2**31 - 1
 # GPUs one attempt may hold: at most the whole fleet of a million GPUs that the stored sums
 # are sized for (2**31 - 1 GPUs for three hours overflowed a 64-bit sum of GPU-microseconds).
 MAX_GPUS = 1_000_000
-# `attrs.step` is kept in jsonb and read back as a 64-bit integer.
+# `attrs.step`: at most a signed 64-bit integer, what every JSON reader of the stored attrs holds.
 MAX_STEP = 2**63 - 1
 # Phases the service derives itself: a writer may not send them (they would be counted twice
 # or forged).
