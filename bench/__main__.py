@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from . import aggregation, engine, ingest, reads, sdk, single
+from . import aggregation, engine, ingest, reads, sdk, single, store_trips
 from .common import Postgres
 
 # name -> (module, needs PostgreSQL)
@@ -17,6 +17,7 @@ BENCHMARKS = {
     "sdk": (sdk, False),
     "ingest_batch": (ingest, True),
     "ingest_single": (single, True),
+    "ingest_store_trips": (store_trips, True),
     "aggregation": (aggregation, True),
     "reads": (reads, True),
 }

@@ -68,6 +68,7 @@ INSERT_SQL = """
 _RETRY_AS_INSERT = (pg_errors.UniqueViolation, pg_errors.DeadlockDetected)
 _COPY_IN = pq.ExecStatus.COPY_IN
 _FATAL = pq.ExecStatus.FATAL_ERROR
+_COPY_CHUNK = 128 * 1024
 
 
 def _unescape(field: str) -> str | None:
@@ -122,7 +123,11 @@ def _script_gen(pgconn: pq.abc.PGconn, script: bytes, payload: bytes,
     if not started or started[-1].status != _COPY_IN:
         _raise_first_error(started, encoding)
         raise pg_errors.InternalError("ingest: the COPY did not start")
-    yield from generators.copy_to(pgconn, payload, flush=False)
+    # In pieces no larger than psycopg's own COPY writes: a too large one can make
+    # put_copy_data refuse it forever (psycopg issue #255).
+    data = memoryview(payload)
+    for at in range(0, len(data), _COPY_CHUNK):
+        yield from generators.copy_to(pgconn, data[at:at + _COPY_CHUNK], flush=False)
     while pgconn.put_copy_end(None) == 0:
         while not (yield Wait.W):
             continue
