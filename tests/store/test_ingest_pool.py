@@ -47,7 +47,7 @@ def test_the_script_queues_the_jobs_sorted_in_the_batchs_transaction() -> None:
 
 
 def test_a_batch_is_committed_and_queued_before_the_answer(db_engine, database_url) -> None:
-    rows = _lines("one-query", 1500)
+    rows = _lines("one-query", 3000)
     assert sum(map(len, rows)) > 2 * 128 * 1024  # the COPY data goes in several pieces
 
     async def go() -> tuple[int, tuple[int, int], int]:
