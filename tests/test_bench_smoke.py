@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "aggregation", "reads")
+NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
+         "reads")
 
 
 @pytest.mark.slow
