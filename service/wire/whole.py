@@ -147,14 +147,15 @@ def decide_whole(
         return None
     if not 0 < len(events) <= max_events:
         return None
-    if not _ids_canonical([e.event_id for e in events]) or not _stamps_plain(
+    ids = [e.event_id for e in events]
+    if not _ids_canonical(ids) or not _stamps_plain(
             [e.ts for e in events], now - timedelta(seconds=max_age_s),
             now + timedelta(seconds=max_future_s)):
         return None
     jobs = {e.job_id for e in events}
     scopes = {(e.model, e.team) for e in events}
     kinds = {(e.type, e.phase, e.gpus is None) for e in events}
-    if (len({e.event_id for e in events}) != len(events) or not _kinds_valid(kinds)
+    if (len(set(ids)) != len(events) or not _kinds_valid(kinds)
             or not _names_valid(jobs | {m for m, _ in scopes} | {t for _, t in scopes}
                                 | {p for _, p, _ in kinds})):
         return None
