@@ -104,7 +104,13 @@ def copy_script(jobs: Iterable[str]) -> bytes:
     Job names match wire.NAME_RE (no quote, no backslash), so the array literal needs no
     further escaping inside the quoted string.
     """
-    return (f"BEGIN; INSERT INTO dirty_jobs (job_id) SELECT unnest('{_jobs_literal(jobs)}'"
+    jobs = sorted(jobs)
+    if any("'" in job or '"' in job or "\\" in job for job in jobs):
+        # Only a caller that skipped validation gets here; never let a name end the string.
+        raise ValueError("a job name holds a quote or a backslash: "
+                         + repr([j for j in jobs if set(j) & set("'\"\\")][:3]))
+    literal = _jobs_literal(jobs)
+    return (f"BEGIN; INSERT INTO dirty_jobs (job_id) SELECT unnest('{literal}'"
             f"::text[]) ORDER BY 1; {COPY_SQL}; COMMIT").encode()
 
 

@@ -110,3 +110,10 @@ def test_a_connection_in_a_transaction_is_refused(database_url) -> None:
                 await store_rows_async(conn, _lines("tx", COPY_MIN_ROWS), {"tx"})
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("job", ["it's", 'a","b', "back\\slash"])
+def test_a_job_name_that_could_end_the_quoted_list_is_refused(job) -> None:
+    # The wire contract never lets such a name through; a caller that skipped it is told.
+    with pytest.raises(ValueError, match="quote or a backslash"):
+        copy_script({"fine", job})
