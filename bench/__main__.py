@@ -19,6 +19,7 @@ from . import (
     reads,
     sdk,
     single,
+    store_trips,
     slow_clients,
 )
 from .common import Postgres
@@ -29,6 +30,7 @@ BENCHMARKS = {
     "sdk": (sdk, False),
     "ingest_batch": (ingest, True),
     "ingest_single": (single, True),
+    "ingest_store_trips": (store_trips, True),
     "aggregation": (aggregation, True),
     "reads": (reads, True),
     "console": (console, True),

@@ -258,6 +258,17 @@ def _postmaster_pid(dsn: str) -> int | None:
         return None
 
 
+def _rss_mb(pid: int | None) -> dict[str, float]:
+    """The server's resident memory now and its peak so far (VmHWM), in MiB."""
+    out = {"now": 0.0, "peak": 0.0}
+    if pid:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    out["now" if line[2] == "R" else "peak"] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+
 class CpuMeter:
     """CPU seconds spent by the API server, PostgreSQL and this generator during a phase."""
 
@@ -287,6 +298,7 @@ def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
     http_rates, copy_rates, store_rates, errors = [], [], [], 0
     meter = CpuMeter(args.server_pid, _postmaster_pid(args.dsn))
     cpu: dict[str, list[dict[str, float]]] = {"copy": [], "http": []}
+    rss: list[dict[str, float]] = []
     for run in range(args.runs):  # interleaved: both see the same table size and load
         copy_s, copy_cpu = copy_batches(args.dsn, copies[run], args.clients, meter)
         cpu["copy"].append(copy_cpu)
@@ -295,6 +307,7 @@ def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
         http_s, accepted, errs = asyncio.run(send_batches(args.url, args.token, http[run],
                                                           args.clients))
         cpu["http"].append(meter.stop(began))
+        rss.append(_rss_mb(args.server_pid))
         store_rates.append(per_run * args.size / store_batches(args.dsn, direct[run],
                                                                args.clients))
         errors += errs
@@ -304,7 +317,7 @@ def cmd_batch(args: argparse.Namespace) -> dict[str, Any]:
     return {"http_events_per_s": http_rates, "copy_events_per_s": copy_rates,
             "store_events_per_s": store_rates,
             "errors": errors, "batch_size": args.size, "batches_per_run": per_run,
-            "clients": args.clients, "cpu_seconds": cpu}
+            "clients": args.clients, "cpu_seconds": cpu, "api_rss_mb": rss}
 
 
 async def open_loop(url: str, token: str, bodies: list[bytes], rate: float,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "aggregation", "reads",
-         "console", "otlp", "advice", "slow_clients", "impact")
+NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
+         "reads", "console", "otlp", "advice", "slow_clients", "impact")
 
 
 @pytest.mark.slow

@@ -41,6 +41,27 @@ def test_a_valid_batch_is_accepted_and_stored_whole(api, db_engine) -> None:
     assert rows[2].extra == {"future_field": "kept"}
 
 
+def test_a_large_batch_is_stored_the_same_and_a_bad_event_in_it_rejected_alone(
+        api, db_engine) -> None:
+    # Large enough for the whole-batch path (service.wire.whole); one bad event sends the
+    # second batch to the per-event path, which rejects it alone by index.
+    batch = [event("phase_start", i / 60, phase="training", team="ads", rank=0,
+                   attrs={"background": False}) for i in range(200)]
+    r = api.post("/v1/events", json={"events": batch})
+    assert r.json() == {"accepted": 200, "duplicates": 0, "rejected": []}
+    assert api.post("/v1/events", json={"events": batch}).json()["duplicates"] == 200
+    more = [event("heartbeat", 10 + i / 60, attrs={"step": i}) for i in range(200)]
+    more[7]["gpus"] = 10**6 + 1
+    r = api.post("/v1/events", json={"events": more})
+    assert r.json() == {"accepted": 199, "duplicates": 0, "rejected": [
+        {"index": 7, "error": "gpus: must be <= 1000000, got 1000001"}]}
+    with db_engine.connect() as conn:
+        rows = conn.execute(text("SELECT phase, team, rank, attrs FROM events"
+                                 " WHERE type = 'phase_start' ORDER BY ts LIMIT 1")).one()
+    assert tuple(rows) == ("training", "ads", 0, {"background": False})
+    assert len(stored(db_engine)) == 399
+
+
 def test_a_retried_batch_stores_nothing_twice(api, db_engine) -> None:
     batch = [event("allocated", 0, gpus=8), event("heartbeat", 1)]
     assert api.post("/v1/events", json={"events": batch}).json()["accepted"] == 2
@@ -88,6 +109,14 @@ def _future(minutes: float) -> str:
         ({"type": ["heartbeat"]}, "type: must be one of"),
         ({"type": "phase_start"}, "phase: is required for phase_start"),
         ({"type": "allocated", "gpus": 0}, "gpus: must be >= 1, got 0"),
+        ({"type": "allocated", "gpus": 2**31 - 1}, "gpus: must be <= 1000000, got 2147483647"),
+        ({"attempt": 2**31}, "attempt: must be <= 2147483647"),
+        ({"type": "phase_start", "phase": "lost_progress"},
+         "phase: lost_progress is derived by the service and may not be sent"),
+        ({"ts": "2026-W44-7T10:00:00Z"}, "is not an RFC 3339 timestamp"),
+        ({"ts": "20261101T100000Z"}, "is not an RFC 3339 timestamp"),
+        ({"ts": "2026-11-01T10Z"}, "is not an RFC 3339 timestamp"),
+        ({"ts": "2026-11-01T10:00:00+0100"}, "is not an RFC 3339 timestamp"),
         ({"rank": -2}, "rank: must be >= 0"),
         ({"team": "a team"}, "team: must be 1-200 characters"),
         ({"attrs": [1]}, "attrs: must be a JSON object"),
@@ -96,6 +125,8 @@ def _future(minutes: float) -> str:
         ({"type": "released", "attrs": {"reason": "bored"}}, "attrs.reason: must be one of"),
         ({"type": "checkpoint", "attrs": {"snapshot_ts": "soon"}}, "attrs.snapshot_ts:"),
         ({"type": "checkpoint", "attrs": {"step": -1}}, "attrs.step: must be a non-negative"),
+        ({"type": "checkpoint", "attrs": {"step": 2**63}},
+         "attrs.step: must be a non-negative integer <="),
         (
             {"type": "phase_start", "phase": "x", "attrs": {"background": "yes"}},
             "attrs.background: must be true or false",

@@ -10,6 +10,19 @@ unique index aborts the COPY, the transaction (or savepoint) rolls back, and the
 stored again by the statement that skips what is there. Sorting by id keeps two batches that
 share ids from deadlocking; if one happens anyway, the same fallback applies.
 
+On a connection in autocommit mode (the ingest pool's) the COPY, the queue rows and the
+transaction around them travel as one simple-protocol query, `BEGIN; INSERT INTO dirty_jobs
+...; COPY events ... FROM STDIN; COMMIT`: PostgreSQL runs the statements after the COPY once
+its data has ended, so a batch costs two round trips (the query, answered by the COPY's
+start; the data, answered by the COMMIT) instead of five (BEGIN, COPY start, COPY end, the
+queue statement, COMMIT): each one cost the API ~0.18 ms of CPU in psycopg's asyncio
+machinery (docs/performance.md). The answer is read to its end, COMMIT included, before the
+count is returned, so nothing is acknowledged that is not committed; a statement that joins
+the batch's transaction (a lookup or an ownership claim) is one more statement in the same
+script, no extra round trip. psycopg's own cursors refuse a COPY mixed with other
+statements, so this one query is driven with psycopg's libpq generators
+(`psycopg.generators`, what its cursors are built on).
+
 Smaller batches (single events above all) take the statement at once: one round trip.
 """
 
@@ -20,6 +33,9 @@ from collections.abc import Callable, Iterable, Sequence
 import orjson
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import generators, pq
+from psycopg.abc import PQGen
+from psycopg.waiting import Wait
 
 COLUMNS = ("event_id", "ts", "job_id", "attempt", "model", "type", "phase", "gpus", "team",
            "rank", "attrs", "extra")
@@ -50,6 +66,9 @@ INSERT_SQL = """
 """
 
 _RETRY_AS_INSERT = (pg_errors.UniqueViolation, pg_errors.DeadlockDetected)
+_COPY_IN = pq.ExecStatus.COPY_IN
+_FATAL = pq.ExecStatus.FATAL_ERROR
+_COPY_CHUNK = 128 * 1024
 
 # Each job's owner is its first stored event's model and team (docs/model.md, "Ownership").
 # The batch claims its jobs first: a new job takes the batch's model and team, a stored one
@@ -111,8 +130,63 @@ def _copy_payload(lines: Sequence[str]) -> bytes:
     return "".join(sorted(lines)).encode()
 
 
+def _jobs_literal(jobs: Iterable[str]) -> str:
+    return "{" + ",".join(f'"{job}"' for job in sorted(jobs)) + "}"
+
+
 def _queue_params(jobs: Iterable[str]) -> dict[str, str]:
-    return {"jobs": "{" + ",".join(f'"{job}"' for job in sorted(jobs)) + "}"}
+    return {"jobs": _jobs_literal(jobs)}
+
+
+def copy_script(jobs: Iterable[str]) -> bytes:
+    """The one query that stores a batch in its own transaction (see the module docstring).
+
+    Job names match wire.NAME_RE (no quote, no backslash), so the array literal needs no
+    further escaping inside the quoted string.
+    """
+    jobs = sorted(jobs)
+    if any("'" in job or '"' in job or "\\" in job for job in jobs):
+        # Only a caller that skipped validation gets here; never let a name end the string.
+        raise ValueError("a job name holds a quote or a backslash: "
+                         + repr([j for j in jobs if set(j) & set("'\"\\")][:3]))
+    literal = _jobs_literal(jobs)
+    return (f"BEGIN; INSERT INTO dirty_jobs (job_id) SELECT unnest('{literal}'"
+            f"::text[]) ORDER BY 1; {COPY_SQL}; COMMIT").encode()
+
+
+def _raise_first_error(results: Sequence[pq.abc.PGresult], encoding: str) -> None:
+    for result in results:
+        if result.status == _FATAL:
+            raise pg_errors.error_from_result(result, encoding=encoding)
+
+
+def _script_gen(pgconn: pq.abc.PGconn, script: bytes, payload: bytes,
+                encoding: str) -> PQGen[None]:
+    """Send the script, the COPY data once the server asks for it, and read the answer to
+    its end; raise the first error the server reported."""
+    pgconn.send_query(script)
+    started = yield from generators.execute(pgconn)
+    if not started or started[-1].status != _COPY_IN:
+        _raise_first_error(started, encoding)
+        raise pg_errors.InternalError("ingest: the COPY did not start")
+    # In pieces no larger than psycopg's own COPY writes: a too large one can make
+    # put_copy_data refuse it forever (psycopg issue #255).
+    data = memoryview(payload)
+    for at in range(0, len(data), _COPY_CHUNK):
+        yield from generators.copy_to(pgconn, data[at:at + _COPY_CHUNK], flush=False)
+    while pgconn.put_copy_end(None) == 0:
+        while not (yield Wait.W):
+            continue
+    yield from generators.send(pgconn)
+    ended = yield from generators.fetch_many(pgconn)
+    _raise_first_error(ended, encoding)
+    # The COPY's answer, then the COMMIT's: only then is the batch stored.
+    if len(ended) != 2 or ended[-1].command_status != b"COMMIT":
+        raise pg_errors.InternalError("ingest: the batch's transaction did not commit")
+
+
+def _in_own_transaction(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
+    return conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE
 
 
 def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str],
@@ -122,7 +196,7 @@ def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[st
     stores only the lines `admit` keeps, in the same transaction.
 
     In a transaction the caller began, the COPY runs in a savepoint; in autocommit mode,
-    in a transaction of its own.
+    as the one query of a transaction of its own.
     """
     if not lines:
         return 0
@@ -138,10 +212,18 @@ def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) 
         return 0
     if len(lines) >= COPY_MIN_ROWS:
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                with cur.copy(COPY_SQL) as copy:
-                    copy.write(_copy_payload(lines))
-                cur.execute(QUEUE_SQL, _queue_params(jobs))
+            if _in_own_transaction(conn):
+                try:
+                    conn.wait(_script_gen(conn.pgconn, copy_script(jobs), _copy_payload(lines),
+                                          conn.info.encoding))
+                finally:
+                    if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                        conn.execute("ROLLBACK")
+            else:
+                with conn.transaction(), conn.cursor() as cur:
+                    with cur.copy(COPY_SQL) as copy:
+                        copy.write(_copy_payload(lines))
+                    cur.execute(QUEUE_SQL, _queue_params(jobs))
             return len(lines)
         except _RETRY_AS_INSERT:
             pass
@@ -152,7 +234,7 @@ def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) 
 
 async def store_rows_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
                            jobs: Iterable[str], admit: Admit | None = None) -> int:
-    """`store_rows` on an asyncio connection."""
+    """`store_rows` on an asyncio connection (the ingest pool's, in autocommit mode)."""
     if not lines:
         return 0
     if admit is None:
@@ -169,10 +251,20 @@ async def _store_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
         return 0
     if len(lines) >= COPY_MIN_ROWS:
         try:
-            async with conn.transaction(), conn.cursor() as cur:
-                async with cur.copy(COPY_SQL) as copy:
-                    await copy.write(_copy_payload(lines))
-                await cur.execute(QUEUE_SQL, _queue_params(jobs))
+            if _in_own_transaction(conn):
+                try:
+                    await conn.wait(_script_gen(conn.pgconn, copy_script(jobs),
+                                                _copy_payload(lines), conn.info.encoding))
+                finally:
+                    if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                        await conn.execute("ROLLBACK")
+            else:
+                # Inside the ownership claim's transaction: a savepoint, so a retried id
+                # falls back to the insert below without losing the claim.
+                async with conn.transaction(), conn.cursor() as cur:
+                    async with cur.copy(COPY_SQL) as copy:
+                        await copy.write(_copy_payload(lines))
+                    await cur.execute(QUEUE_SQL, _queue_params(jobs))
             return len(lines)
         except _RETRY_AS_INSERT:
             pass

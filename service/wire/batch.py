@@ -129,7 +129,8 @@ def _learn_names(obj: Any, names: set[str]) -> None:
     if type(obj) is dict:
         for key in ("job_id", "model", "phase", "team"):
             value = obj.get(key)
-            if type(value) is str and value not in names and NAME_RE.fullmatch(value):
+            if (type(value) is str and value not in names and NAME_RE.fullmatch(value)
+                    and value not in RESERVED_PHASES):
                 names.add(value)
 
 

@@ -30,6 +30,7 @@ ADMIN = Principal(role="admin", token_id="t")
 
 _odd = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.integers(2**31 - 2, 2**31 + 1),
+    st.integers(10**6 - 1, 10**6 + 1), st.integers(2**63 - 1, 2**63),  # gpus, attrs.step
     st.floats(allow_nan=False), st.text(max_size=5), st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
@@ -40,10 +41,13 @@ _timestamps = st.one_of(
         "2026-11-01 10:00:00Z", "2026-11-01T10:00:00", "2026-02-30T10:00:00Z",
         "2026-11-02T00:04:59Z", "2026-11-02T00:05:01Z", "2026-10-03T00:00:00Z",
         "2026-10-02T23:59:59Z", "2026-11-01t10:00:00z", "0001-01-01T00:00:00Z",
+        "2026-W44-7T10:00:00Z", "20261101T100000Z", "2026-11-01T10Z", "2026-11-01T10:00Z",
+        "2026-11-01T12:00:00+0200", "2026-11-01T10:00:00,5Z",
     ]),
     _odd,
 )
-_names = st.one_of(st.sampled_from(["job-1", "model-a", "a b", "", "x" * 201, "null", "ü"]),
+_names = st.one_of(st.sampled_from(["job-1", "model-a", "a b", "", "x" * 201, "null", "ü",
+                                    "lost_progress"]),
                    _odd)
 _attrs = st.one_of(
     st.none(), _odd,
