@@ -19,8 +19,8 @@ from . import (
     reads,
     sdk,
     single,
-    store_trips,
     slow_clients,
+    store_trips,
 )
 from .common import Postgres
 
