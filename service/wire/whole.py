@@ -176,4 +176,5 @@ def decide_whole(
             for e in events]
     except (WireError, TypeError):
         return None
-    return ValidatedBatch(lines, jobs, [], 0, [])
+    # Nothing rejected or deduplicated here: line i is event i.
+    return ValidatedBatch(lines, jobs, [], 0, [], list(range(len(lines))))
