@@ -88,10 +88,11 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
             _start_demo(base, db.admin_token, stop)
         # uvicorn re-raises the signal that stopped it once it has drained; turning SIGTERM
         # into SystemExit lets the `finally` blocks stop the aggregator and the embedded DB.
-        # SIGHUP (a closed terminal) ends the process the same way, never leaving the
-        # embedded PostgreSQL behind.
+        # uvicorn does not handle SIGHUP (a closed terminal): it is asked to drain and stop
+        # as for SIGTERM, from its own loop (a SystemExit raised in the middle of the loop
+        # could hang the shutdown), so the embedded PostgreSQL is never left behind.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        signal.signal(signal.SIGHUP, _exit_on_sigterm)
+        signal.signal(signal.SIGHUP, lambda _sig, frame: server.handle_exit(signal.SIGTERM, frame))
         # Everything built so far lives as long as the process: keep it out of the cyclic
         # GC's full collections, which otherwise scan it all and stalled the event loop for
         # ~50 ms at a time (at 1000 requests/s a 50 ms stall is 50 requests in the queue).
