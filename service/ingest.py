@@ -22,7 +22,7 @@ from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
 from service.wire.batch import ValidatedBatch, WriteScope, validate_batch
-from service.wire.body import read_body
+from service.wire.body import json_object, read_body
 from service.wire.ownership import OwnerCache, OwnershipCheck
 from service.wire.span_mapping import SpanMapping
 from service.wire.spans import events_of
@@ -124,12 +124,7 @@ class BatchOutcome:
 def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     if not body:
         raise BadRequest("body is empty; send {\"events\": [...]}")
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise BadRequest("body must be a JSON object {\"events\": [...]}")
+    doc = json_object(body, '{"events": [...]}')
     if "events" not in doc:
         raise Unprocessable("events: is required")
     events = doc["events"]

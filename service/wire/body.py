@@ -19,6 +19,7 @@ import asyncio
 import zlib
 from collections.abc import Callable, Iterable
 
+import orjson
 from starlette.requests import Request
 
 from service.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
@@ -97,3 +98,15 @@ def _inflate_into(body: bytearray, inflate: zlib._Decompress,  # type: ignore[na
             raise PayloadTooLarge(f"decompressed body exceeds the limit of {limit} bytes")
     except zlib.error as exc:
         raise BadRequest(f"body: not a valid compressed stream ({exc})") from None
+
+
+def json_object(body: bytes | bytearray, shape: str) -> dict:
+    """The body parsed as one JSON object, or 400 naming what is wrong (`shape`: what the
+    endpoint expects, for the message)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequest(f"body must be a JSON object {shape}")
+    return doc

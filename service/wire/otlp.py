@@ -25,6 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from service.errors import BadRequest, UnsupportedMediaType
+from service.wire.body import json_object
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -85,12 +86,7 @@ def parse_request(body: bytes, media_type: str) -> ExportTraceServiceRequest:
         except DecodeError as exc:
             raise BadRequest(f"body is not an OTLP ExportTraceServiceRequest: {exc}") from None
         return request
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise BadRequest('body must be a JSON object {"resourceSpans": [...]}')
+    doc = json_object(body, '{"resourceSpans": [...]}')
     try:
         json_format.ParseDict(_hex_ids_to_base64(doc), request, ignore_unknown_fields=True)
     except json_format.ParseError as exc:

@@ -32,7 +32,7 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO
 from ett_client.recorder import Recorder
 from ett_client.torch_helpers import CHECKPOINT_LOAD, CompilationTracker, track_compilation
 
-from .timeline import VALIDATION, TrainerTimeline
+from .timeline import VALIDATION, RecorderCallback, TrainerTimeline
 
 
 class _RecordingCheckpointIO(CheckpointIO):
@@ -93,7 +93,7 @@ class _RecordingWrite(CheckpointIO):
         self.inner.remove_checkpoint(path)
 
 
-class EttCallback(pl.Callback):
+class EttCallback(RecorderCallback, pl.Callback):
     """Records the fitting attempt of the trainer it is given to.
 
     ``recorder``: an existing :class:`~ett_client.Recorder`; without one the callback makes
@@ -104,30 +104,19 @@ class EttCallback(pl.Callback):
 
     def __init__(self, recorder: Recorder | None = None, *, heartbeat_s: float = 60.0,
                  failure_cause: str = "user", **recorder_kwargs: Any) -> None:
-        self._given = recorder
-        self._failure_cause = failure_cause
-        self._kwargs = recorder_kwargs
-        self._heartbeat_s = heartbeat_s
-        self._recorder: Recorder | None = None
-        self._timeline: TrainerTimeline | None = None
+        super().__init__(recorder, heartbeat_s=heartbeat_s, failure_cause=failure_cause,
+                         **recorder_kwargs)
         self._compile: CompilationTracker | None = None
         self._wrapped: tuple[Any, CheckpointIO] | None = None
         self._async: tuple[AsyncCheckpointIO, CheckpointIO] | None = None
 
-    @property
-    def recorder(self) -> Recorder | None:
-        return self._recorder
-
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit" or self._timeline is not None or trainer.global_rank != 0:
             return
-        rec = self._given or Recorder(all_ranks=True, **self._kwargs)
-        self._recorder = rec
-        if not rec.enabled:
+        timeline = self._open_timeline()
+        if timeline is None:
             return
-        timeline = TrainerTimeline(rec, heartbeat_s=self._heartbeat_s,
-                                   failure_cause=self._failure_cause)
-        self._timeline = timeline
+        rec = timeline.recorder
         gpus = rec.settings.gpus if rec.settings is not None else None
         timeline.begin(gpus if gpus is not None else max(1, trainer.world_size))
         self._compile = track_compilation(rec)
@@ -193,6 +182,4 @@ class EttCallback(pl.Callback):
 
     def _end(self) -> None:
         self._unwrap()
-        if self._given is None and self._recorder is not None:
-            self._recorder.close()
-        self._timeline = None
+        self._close_recorder()

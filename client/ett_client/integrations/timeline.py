@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ett_client.recorder import Recorder
 
@@ -116,3 +117,36 @@ class TrainerTimeline:
         self.recorder.released(reason=reason)
         self._finished = True
         self.recorder.flush()
+
+
+class RecorderCallback:
+    """What every framework callback holds: the recorder it was given, or the settings to
+    make its own (and close it at the end), and the attempt's timeline once it began."""
+
+    def __init__(self, recorder: Recorder | None = None, *, heartbeat_s: float = 60.0,
+                 failure_cause: str = "user", **recorder_kwargs: Any) -> None:
+        self._given = recorder
+        self._failure_cause = failure_cause
+        self._kwargs = recorder_kwargs
+        self._heartbeat_s = heartbeat_s
+        self._recorder: Recorder | None = None
+        self._timeline: TrainerTimeline | None = None
+
+    @property
+    def recorder(self) -> Recorder | None:
+        return self._recorder
+
+    def _open_timeline(self) -> TrainerTimeline | None:
+        """Take or make the recorder; the attempt's timeline, or None when recording is off."""
+        rec = self._given or Recorder(all_ranks=True, **self._kwargs)
+        self._recorder = rec
+        if not rec.enabled:
+            return None
+        self._timeline = TrainerTimeline(rec, heartbeat_s=self._heartbeat_s,
+                                         failure_cause=self._failure_cause)
+        return self._timeline
+
+    def _close_recorder(self) -> None:
+        if self._given is None and self._recorder is not None:
+            self._recorder.close()
+        self._timeline = None

@@ -27,10 +27,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from ett_client.recorder import Recorder
 
-from .timeline import CHECKPOINT_SAVE, VALIDATION, TrainerTimeline
+from .timeline import CHECKPOINT_SAVE, VALIDATION, RecorderCallback
 
 
-class EttCallback(TrainerCallback):
+class EttCallback(RecorderCallback, TrainerCallback):
     """Records the training attempt of the ``Trainer`` it is given to.
 
     ``recorder``: an existing :class:`~ett_client.Recorder`; without one the callback makes
@@ -41,17 +41,9 @@ class EttCallback(TrainerCallback):
 
     def __init__(self, recorder: Recorder | None = None, *, heartbeat_s: float = 60.0,
                  failure_cause: str = "user", **recorder_kwargs: Any) -> None:
-        self._given = recorder
-        self._failure_cause = failure_cause
-        self._kwargs = recorder_kwargs
-        self._heartbeat_s = heartbeat_s
-        self._recorder: Recorder | None = None
-        self._timeline: TrainerTimeline | None = None
+        super().__init__(recorder, heartbeat_s=heartbeat_s, failure_cause=failure_cause,
+                         **recorder_kwargs)
         self._snapshot: float | None = None
-
-    @property
-    def recorder(self) -> Recorder | None:
-        return self._recorder
 
     def on_init_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: Any) -> None:
@@ -66,14 +58,12 @@ class EttCallback(TrainerCallback):
     def _begin(self, args: TrainingArguments, state: TrainerState) -> None:
         if self._recorder is not None or not state.is_world_process_zero:
             return
-        rec = self._given or Recorder(all_ranks=True, **self._kwargs)
-        self._recorder = rec
-        if not rec.enabled:
+        timeline = self._open_timeline()
+        if timeline is None:
             return
-        self._timeline = TrainerTimeline(rec, heartbeat_s=self._heartbeat_s,
-                                   failure_cause=self._failure_cause)
+        rec = timeline.recorder
         gpus = rec.settings.gpus if rec.settings is not None else None
-        self._timeline.begin(gpus if gpus is not None else max(1, args.world_size))
+        timeline.begin(gpus if gpus is not None else max(1, args.world_size))
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState,
                       control: TrainerControl, **kwargs: Any) -> None:
@@ -128,6 +118,4 @@ class EttCallback(TrainerCallback):
             self._end()
 
     def _end(self) -> None:
-        if self._given is None and self._recorder is not None:
-            self._recorder.close()
-        self._timeline = None
+        self._close_recorder()
