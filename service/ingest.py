@@ -116,9 +116,15 @@ class BatchOutcome:
     accepted: int
     duplicates: int
     rejected: list[dict[str, Any]]
+    # Events stored in their team's own job because another team claimed the id first.
+    moved: list[dict[str, Any]] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "duplicates": self.duplicates, "rejected": self.rejected}
+        wire = {"accepted": self.accepted, "duplicates": self.duplicates,
+                "rejected": self.rejected}
+        if self.moved:
+            wire["moved"] = self.moved
+        return wire
 
 
 def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
@@ -138,7 +144,7 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
 
 
 def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0,
-          admit: OwnershipCheck | None = None) -> int:
+          admit: OwnershipCheck | None = None, team: str | None = None) -> int:
     """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
 
     Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
@@ -147,7 +153,7 @@ def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms
     with db_unavailable("ingest"), engine.begin() as conn:
         if statement_timeout_ms:
             conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
-        return store_rows(conn.connection.driver_connection, lines, jobs, admit)
+        return store_rows(conn.connection.driver_connection, lines, jobs, admit, team)
 
 
 def build_router(
@@ -176,17 +182,18 @@ def build_router(
             raise Forbidden(_forbidden_summary(batch.forbidden))
         return batch
 
-    async def stored(batch: ValidatedBatch) -> tuple[int, OwnershipCheck]:
+    async def stored(batch: ValidatedBatch, team: str | None) -> tuple[int, OwnershipCheck]:
         """Store a validated batch: how many of its events were new, and the ownership
-        check that kept or rejected each event (its `kept` and `rejected`)."""
-        owned = OwnershipCheck(batch)
+        check that kept, moved or rejected each event (`kept`, `moved`, `rejected`)."""
+        owned = OwnershipCheck(batch, team)
         cached = owned.from_cache(owners)
         lines, admit = (batch.lines, owned) if cached is None else (cached, None)
+        jobs = batch.jobs if cached is None else {line.split("\t", 3)[2] for line in cached}
         if pool is not None:
-            inserted = await pool.store(lines, batch.jobs, admit)
+            inserted = await pool.store(lines, jobs, admit, team)
         elif lines:
-            inserted = await run_in_threadpool(store, engine, lines, batch.jobs,
-                                               limits.statement_timeout_ms, admit)
+            inserted = await run_in_threadpool(store, engine, lines, jobs,
+                                               limits.statement_timeout_ms, admit, team)
         else:
             inserted = 0
         owners.learn(owned.seen)  # committed: store returns only after COMMIT
@@ -231,11 +238,12 @@ def build_router(
             del body  # nothing keeps the body alive past validation
             if not batch.lines and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))
-            inserted, owned = await stored(batch)
+            inserted, owned = await stored(batch, principal.team)
         outcome = BatchOutcome(
             accepted=inserted,
             duplicates=owned.kept - inserted + batch.in_batch_duplicates,
             rejected=sorted(batch.rejected + owned.rejected, key=lambda r: r["index"]),
+            moved=owned.moved,
         )
         report(outcome, principal.token_id, "ingest")
         return Response(orjson.dumps(outcome.to_wire()), status_code=202,
@@ -268,7 +276,7 @@ def build_router(
                                       f" the limit of {limits.max_batch_events}; send fewer"
                                       " spans per request")
             batch = validated([event for _, event in mapped.events], principal)
-            inserted, owned = await stored(batch)
+            inserted, owned = await stored(batch, principal.team)
         # A span is rejected when any of its events is: its other events may be stored,
         # and a corrected re-send stores the rest (the stored ones are duplicates).
         span_errors = dict(mapped.rejected)

@@ -1,4 +1,4 @@
-"""Storing validated events: exactly once per `event_id`, with their jobs queued for the
+"""Storing validated events: exactly once per `event_id` within its job (and instant), with their jobs queued for the
 aggregator in the same transaction. Never commits a transaction it did not begin.
 
 A batch of `COPY_MIN_ROWS` or more is COPYed straight into `events` (sorted by id) in a
@@ -57,7 +57,7 @@ INSERT_SQL = """
                r->>6, (r->>7)::int, r->>8, (r->>9)::int, (r->>10)::jsonb, (r->>11)::jsonb
         FROM json_array_elements(CAST(%(rows)s AS json)) AS r
         ORDER BY 1
-        ON CONFLICT (event_id) DO NOTHING
+        ON CONFLICT (job_id, event_id, ts) DO NOTHING
         RETURNING job_id
     ), dirty AS (
         INSERT INTO dirty_jobs (job_id) SELECT DISTINCT job_id FROM ins ORDER BY 1
@@ -85,17 +85,23 @@ CLAIM_SQL = """
     RETURNING job_id, model, team
 """
 Owners = dict[str, tuple[str, str | None]]
-# Given the owners of the batch's jobs, the lines that may be stored (ingest's ownership check).
-Admit = Callable[[Owners], Sequence[str]]
+# Given the owners of the batch's jobs: the lines that may be stored, and the lines moved to
+# another job (their claims are made next, in the same transaction); ingest's ownership check.
+Admit = Callable[[Owners], tuple[Sequence[str], Sequence[str]]]
+# A line's job is claimed at most twice: its own id, then (another team's) the id in that
+# team's namespace, which only that team's lines reach.
+_CLAIM_ROUNDS = 2
 
 
-def claims(lines: Iterable[str]) -> dict[str, list[str | None]]:
+def claims(lines: Iterable[str], default_team: str | None = None
+           ) -> dict[str, list[str | None]]:
     """The batch's claim per job: the first line's model, and the first team that lines of
-    that model name. Fields: job_id is 3rd, model 5th, team 9th of a COPY line."""
+    that model name (`default_team`, the writer's, for a line naming none). Fields: job_id
+    is 3rd, model 5th, team 9th of a COPY line."""
     out: dict[str, list[str | None]] = {}
     for line in lines:
         fields = line.split("\t", 9)
-        job, model, team = fields[2], fields[4], _unescape(fields[8])
+        job, model, team = fields[2], fields[4], _unescape(fields[8]) or default_team
         claim = out.get(job)
         if claim is None:
             out[job] = [model, team]
@@ -104,8 +110,9 @@ def claims(lines: Iterable[str]) -> dict[str, list[str | None]]:
     return out
 
 
-def _claim_params(lines: Iterable[str]) -> dict[str, list[str | None]]:
-    wanted = claims(lines)
+def _claim_params(lines: Iterable[str], default_team: str | None
+                  ) -> dict[str, list[str | None]]:
+    wanted = claims(lines, default_team)
     jobs = sorted(wanted)
     return {"jobs": jobs, "models": [wanted[j][0] for j in jobs],
             "teams": [wanted[j][1] for j in jobs]}
@@ -189,11 +196,16 @@ def _in_own_transaction(conn: psycopg.Connection | psycopg.AsyncConnection) -> b
     return conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE
 
 
+def _jobs_of(lines: Iterable[str]) -> set[str]:
+    return {line.split("\t", 3)[2] for line in lines}
+
+
 def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str],
-               admit: Admit | None = None) -> int:
+               admit: Admit | None = None, default_team: str | None = None) -> int:
     """Store the events (COPY text lines, distinct ids) not stored yet and queue their jobs;
-    return how many were new. With `admit`, the batch first claims its jobs' owners and
-    stores only the lines `admit` keeps, in the same transaction.
+    return how many were new. With `admit`, the batch first claims its jobs' owners (a line
+    naming no team claims for `default_team`) and stores only the lines `admit` keeps, in
+    the same transaction.
 
     In a transaction the caller began, the COPY runs in a savepoint; in autocommit mode,
     as the one query of a transaction of its own.
@@ -203,8 +215,15 @@ def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[st
     if admit is None:
         return _store(conn, lines, jobs)
     with conn.transaction():
-        owners = {r[0]: (r[1], r[2]) for r in conn.execute(CLAIM_SQL, _claim_params(lines))}
-        return _store(conn, admit(owners), jobs)
+        kept: list[str] = []
+        pending: Sequence[str] = lines
+        for _ in range(_CLAIM_ROUNDS):
+            if not pending:
+                break
+            rows = conn.execute(CLAIM_SQL, _claim_params(pending, default_team))
+            admitted, pending = admit({r[0]: (r[1], r[2]) for r in rows})
+            kept.extend(admitted)
+        return _store(conn, kept, _jobs_of(kept))
 
 
 def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) -> int:
@@ -233,16 +252,24 @@ def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) 
 
 
 async def store_rows_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
-                           jobs: Iterable[str], admit: Admit | None = None) -> int:
+                           jobs: Iterable[str], admit: Admit | None = None,
+                           default_team: str | None = None) -> int:
     """`store_rows` on an asyncio connection (the ingest pool's, in autocommit mode)."""
     if not lines:
         return 0
     if admit is None:
         return await _store_async(conn, lines, jobs)
     async with conn.transaction():
-        cur = await conn.execute(CLAIM_SQL, _claim_params(lines), prepare=True)
-        owners = {r[0]: (r[1], r[2]) for r in await cur.fetchall()}
-        return await _store_async(conn, admit(owners), jobs)
+        kept: list[str] = []
+        pending: Sequence[str] = lines
+        for _ in range(_CLAIM_ROUNDS):
+            if not pending:
+                break
+            cur = await conn.execute(CLAIM_SQL, _claim_params(pending, default_team),
+                                     prepare=True)
+            admitted, pending = admit({r[0]: (r[1], r[2]) for r in await cur.fetchall()})
+            kept.extend(admitted)
+        return await _store_async(conn, kept, _jobs_of(kept))
 
 
 async def _store_async(conn: psycopg.AsyncConnection, lines: Sequence[str],

@@ -138,7 +138,7 @@ def validate_batch(
     raw: list[Any], principal: WriteScope, *, now: datetime, max_future_s: float,
     max_age_s: float, owner_of: Callable[[str], str | None] = lambda _model: None,
 ) -> ValidatedBatch:
-    """Split a batch into rows to store (first copy of each id) and rejections."""
+    """Split a batch into rows to store (first copy of each id in its job) and rejections."""
     lines: list[str] = []
     jobs: set[str] = set()
     rejected: list[dict[str, Any]] = []
@@ -176,11 +176,13 @@ def validate_batch(
             rejected.append({"index": index, "error": error})
             forbidden.append(error)
             continue
-        event_id = line[:36]
-        if event_id in seen:
+        # An id is one event within its job and instant (the store's key); the same id in
+        # another job is another event.
+        key = line[:36] + "\t" + job_id + "\t" + line.split("\t", 2)[1]
+        if key in seen:
             duplicates += 1
             continue
-        seen.add(event_id)
+        seen.add(key)
         lines.append(line)
         indices.append(index)
         jobs.add(job_id)
