@@ -1,5 +1,6 @@
 """Storing validated events: exactly once per `event_id` within its job (and instant), with
-their jobs queued for the aggregator in the same transaction. Never commits a transaction it did not begin.
+their jobs queued for the aggregator in the same transaction. Never commits a transaction
+it did not begin.
 
 A batch of `COPY_MIN_ROWS` or more is COPYed straight into `events` (sorted by id) in a
 transaction, its jobs queued by a second statement. That is the database's cheapest way in:
