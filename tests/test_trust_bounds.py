@@ -1,0 +1,65 @@
+"""Trust, round 2: sums that cannot overflow, and no future time counted now."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text
+
+from tests.factories import BASE, event
+from tests.test_aggregate import fixed, post_all
+
+MAX_GPUS = 2 ** 20
+
+
+def test_a_model_day_of_120_jobs_at_the_gpu_bound_is_stored_and_read(api, app_context,
+                                                                      db_engine) -> None:
+    """Defect 10: 120 jobs at 2^20 GPUs in one model for one UTC day is 1.09e19
+    GPU-microseconds, past a bigint: `fleet_daily` failed with `bigint out of range`."""
+    day = BASE.replace(hour=0, minute=0)
+    events = []
+    for i in range(120):
+        job = dict(job_id=f"big-{i}", model="huge", base=day)
+        events += [event("allocated", 0, gpus=MAX_GPUS, team="t", **job),
+                   event("released", 24 * 60, **job)]
+    post_all(api, events)
+    agg = app_context.aggregator
+    agg.clock = fixed(day + timedelta(days=2))
+    report = agg.run_pass()
+    assert report.jobs_failed == 0 and report.jobs_recomputed == 120
+    expected = 120 * MAX_GPUS * 86_400 * 1_000_000  # 1.087e19 > 2^63 - 1
+    assert expected > 2 ** 63
+    with db_engine.connect() as conn:
+        stored = conn.execute(text(
+            "SELECT sum(settled_gpu_us + unsettled_gpu_us) FROM fleet_daily"
+            " WHERE model = 'huge'")).scalar_one()
+        hourly = conn.execute(text(
+            "SELECT sum(settled_gpu_us + unsettled_gpu_us) FROM fleet_hourly"
+            " WHERE model = 'huge'")).scalar_one()
+    assert stored == hourly == expected
+    r = api.get("/v1/ett", params={"model": "huge", "start": day.isoformat(),
+                                   "end": (day + timedelta(days=1)).isoformat()})
+    assert r.status_code == 200, r.text
+
+
+def test_a_release_stamped_ahead_of_the_server_is_not_counted_before_it_happens(
+        api, app_context) -> None:
+    """Defect 11: a `released` 290 s in the future (within the 300 s skew allowance) was
+    counted as held time at once: 890 s held at a moment only 600 s had passed."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    start = (now - timedelta(seconds=600)).isoformat()
+    job = dict(job_id="ahead", model="m", base=now)
+    post_all(api, [
+        {**event("allocated", 0, gpus=1, **job), "ts": start},
+        {**event("phase_start", 0, phase="training", **job), "ts": start},
+        {**event("released", 0, **job), "ts": (now + timedelta(seconds=290)).isoformat()},
+    ])
+    agg = app_context.aggregator
+    agg.clock = fixed(now)
+    agg.run_pass()
+    early = api.get("/v1/jobs/ahead").json()
+    assert early["held_seconds"] == 600 and early["attempts"][0]["released_at"] is None
+    agg.clock = fixed(now + timedelta(seconds=300))
+    agg.run_pass()  # the job was queued again: its release is due now
+    late = api.get("/v1/jobs/ahead").json()
+    assert late["held_seconds"] == 890 and late["attempts"][0]["released_at"] is not None
