@@ -15,13 +15,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sqlalchemy import Engine, text
 
-from service.access.auth import Authenticator
+from service.access.auth import Authenticator, Principal
 from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
 from service.store.engine import db_unavailable
 from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
-from service.wire.batch import ValidatedBatch, WriteScope, validate_batch
+from service.wire.batch import ValidatedBatch, validate_batch
 from service.wire.body import json_object, read_body
 from service.wire.ownership import OwnerCache, OwnershipCheck
 from service.wire.span_mapping import SpanMapping
@@ -39,6 +39,8 @@ class IngestLimits:
     max_future_s: float
     max_age_s: float
     max_in_flight: int = 128
+    # The ingest window: older events only through an admin token (the backfill path).
+    ingest_max_age_s: float = 7 * 86400.0
     max_in_flight_bytes: int = 64 * 1024 * 1024
     statement_timeout_ms: int = 10_000
     max_in_flight_per_token: int = 32
@@ -111,6 +113,14 @@ class InFlightLimit:
             self.release(charged, token)
 
 
+def age_limit(limits: IngestLimits, principal: Principal) -> tuple[float, bool]:
+    """How old an event this caller may send, in seconds, and whether that is the ingest
+    window (a writer) rather than the retention horizon (an admin backfilling)."""
+    if principal.is_admin:
+        return limits.max_age_s, False
+    return min(limits.ingest_max_age_s, limits.max_age_s), True
+
+
 @dataclass
 class BatchOutcome:
     accepted: int
@@ -175,9 +185,10 @@ def build_router(
     owners = OwnerCache()
     mapping = span_mapping or SpanMapping()
 
-    def validated(raw: list[Any], principal: WriteScope) -> ValidatedBatch:
+    def validated(raw: list[Any], principal: Principal) -> ValidatedBatch:
+        max_age_s, window = age_limit(limits, principal)
         batch = validate_batch(raw, principal, now=clock(), max_future_s=limits.max_future_s,
-                               max_age_s=limits.max_age_s, owner_of=owner_of)
+                               max_age_s=max_age_s, owner_of=owner_of, window=window)
         if not batch.lines and batch.forbidden:
             raise Forbidden(_forbidden_summary(batch.forbidden))
         return batch
@@ -224,17 +235,18 @@ def build_router(
             body = await read_body(request, limit=limits.max_body_bytes,
                                    deadline_s=limits.body_deadline_s, charge=charge)
             now = clock()
+            max_age_s, window = age_limit(limits, principal)
             # A body of a few events costs the whole-batch path's fixed part more
             # than it saves (28 against 19 us for one event).
             batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
                 body, limits.max_batch_events, principal, now=now,
-                max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
+                max_future_s=limits.max_future_s, max_age_s=max_age_s,
                 owner_of=owner_of)
             if batch is None:  # some event needs deciding on its own (or the body is bad)
                 batch = validate_batch(
                     parse_batch(body, limits.max_batch_events), principal, now=now,
-                    max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
-                    owner_of=owner_of)
+                    max_future_s=limits.max_future_s, max_age_s=max_age_s,
+                    owner_of=owner_of, window=window)
             del body  # nothing keeps the body alive past validation
             if not batch.lines and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))

@@ -1,4 +1,5 @@
-"""Trust, round 2: sums that cannot overflow, and no future time counted now."""
+"""Trust, round 2: sums that cannot overflow, no future time counted now, and the ingest
+window."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
+from tests.access.test_access import client, make_client, post, taxonomy_file, token
 from tests.factories import BASE, event
 from tests.test_aggregate import fixed, post_all
+
+__all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
 MAX_GPUS = 2 ** 20
 
@@ -63,3 +67,34 @@ def test_a_release_stamped_ahead_of_the_server_is_not_counted_before_it_happens(
     agg.run_pass()  # the job was queued again: its release is due now
     late = api.get("/v1/jobs/ahead").json()
     assert late["held_seconds"] == 890 and late["attempts"][0]["released_at"] is not None
+
+
+def test_a_writer_may_not_send_events_older_than_the_ingest_window(make_client,
+                                                                    db_engine) -> None:
+    """Defect 4: allocated at now - 399 d and released now made 9,600 segment and rollup
+    rows per job from two events. A writer's events older than ETT_INGEST_MAX_AGE (7 days)
+    are rejected per event, naming the window and the backfill path; an admin backfills."""
+    client = make_client()
+    writer = token(db_engine, "writer", "ads", ("ads_*",))
+    now = datetime.now(UTC)
+    old = dict(job_id="old", model="ads_x", base=now - timedelta(days=8))
+    recent = dict(job_id="recent", model="ads_x", base=now - timedelta(days=6))
+    events = [event("allocated", 0, gpus=8, **old), event("allocated", 0, gpus=8, **recent)]
+    body = post(client, writer, events).json()
+    assert body["accepted"] == 1 and [r["index"] for r in body["rejected"]] == [0]
+    error = body["rejected"][0]["error"]
+    assert "ingest window of 7 days" in error and "ETT_INGEST_MAX_AGE" in error
+    assert "admin token" in error
+    # The backfill path: the same event with an admin token (up to the retention horizon).
+    admin = client.post("/v1/events", json={"events": events[:1]},
+                        headers={"Authorization": "Bearer test-admin-token"}).json()
+    assert (admin["accepted"], admin["rejected"]) == (1, [])
+
+
+def test_the_ingest_window_is_a_setting(make_client, db_engine) -> None:
+    client = make_client(ingest_max_age=timedelta(days=1))
+    writer = token(db_engine, "writer", "ads", ("ads_*",))
+    two_days = event("heartbeat", 0, job_id="j", model="ads_x",
+                     base=datetime.now(UTC) - timedelta(days=2))
+    body = post(client, writer, [two_days]).json()
+    assert "ingest window of 1 days" in body["rejected"][0]["error"]

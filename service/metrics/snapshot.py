@@ -38,6 +38,8 @@ class Snapshot:
     ttr_sum: dict[Key, float] = field(default_factory=dict)
     # Per team, how many models' series were summed into model="other" (metrics/folding.py).
     folded_models: dict[str, int] = field(default_factory=dict)
+    # How many teams' series were summed into team="other" (metrics/folding.py).
+    folded_teams: int = 0
 
 
 def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,

@@ -24,6 +24,7 @@ from service.store.copy_text import json_text, opt
 from .event import (
     CANONICAL_UUID_RE,
     EVENT_TYPES,
+    FOLDED,
     KNOWN_FIELDS,
     MAX_ATTEMPT,
     MAX_GPUS,
@@ -103,6 +104,8 @@ def _plain_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
             return None
     elif type(gpus) is not int or not 1 <= gpus <= MAX_GPUS:
         return None
+    if model == FOLDED or team == FOLDED:
+        return None
     if (team is not None and team not in names) or (
             rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_RANK)):
         return None
@@ -137,6 +140,7 @@ def _learn_names(obj: Any, names: set[str]) -> None:
 def validate_batch(
     raw: list[Any], principal: WriteScope, *, now: datetime, max_future_s: float,
     max_age_s: float, owner_of: Callable[[str], str | None] = lambda _model: None,
+    window: bool = False,
 ) -> ValidatedBatch:
     """Split a batch into rows to store (first copy of each id in its job) and rejections."""
     lines: list[str] = []
@@ -157,10 +161,11 @@ def validate_batch(
         if fast is None:
             try:
                 event = validate_event(obj, now=now, max_future_s=max_future_s,
-                                       max_age_s=max_age_s)
+                                       max_age_s=max_age_s, window=window)
             except WireError as exc:
                 rejected.append({"index": index, "error": every_error(
-                    obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s)})
+                    obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s,
+                    window=window)})
                 continue
             line, job_id, model, team = line_of(event), event.job_id, event.model, event.team
         else:

@@ -27,6 +27,7 @@ from service.store.copy_text import NULL as _N
 from .batch import ValidatedBatch, WriteScope
 from .event import (
     EVENT_TYPES,
+    FOLDED,
     MAX_ATTEMPT,
     MAX_ATTRS_BYTES,
     MAX_GPUS,
@@ -162,6 +163,8 @@ def decide_whole(
             or not _names_valid(jobs | {m for m, _ in scopes} | {t for _, t in scopes}
                                 | {p for _, p, _ in kinds})):
         return None
+    if FOLDED in {m for m, _ in scopes} | {t for _, t in scopes}:
+        return None  # reserved: the per-event path words the rejection
     for model, team in scopes:
         if not principal.may_write(model) or principal.team_claim_error(
                 model, team, owner_of(model)) is not None:

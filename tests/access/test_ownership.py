@@ -5,10 +5,24 @@ that team's own job, never refused or merged."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from sqlalchemy import text
 
+from tests import factories
 from tests.access.test_access import auth, client, make_client, post, taxonomy_file, token
-from tests.factories import event, spec_example
+
+# Writers may send only events within the ingest window (7 days).
+RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
+
+
+def event(type_: str, minutes: float, **fields: Any) -> dict[str, Any]:
+    return factories.event(type_, minutes, base=RECENT, **fields)
+
+
+def spec_example(**fields: Any) -> list[dict[str, Any]]:
+    return factories.spec_example(base=RECENT, **fields)
 
 __all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 

@@ -1,0 +1,61 @@
+"""Rejected events are never dropped silently (trust, round 2): they go to the dead-letter
+file beside the spool, are counted, and each distinct reason is logged once."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.client.fake_service import FakeService, Reply
+
+
+def dead_letters(spool: Path) -> list[dict[str, Any]]:
+    path = spool / "rejected.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_events_the_real_service_rejects_are_kept_counted_and_logged_once(
+        service: Any, make_recorder: Any, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """`other` is a reserved model name: the service rejects every event of this recorder
+    (202, each listed in `rejected`); before, the SDK logged a sample and dropped them."""
+    caplog.set_level(logging.DEBUG, logger="ett_client")
+    rec = make_recorder(service.url, token=service.token, model="other", job_id="dead-1")
+    for _ in range(3):
+        rec.heartbeat()
+    assert rec.flush(timeout=20)
+    stats = rec.stats()
+    assert stats["rejected"] == 3 and stats["dead_lettered"] == 3
+    kept = dead_letters(tmp_path / "spool")
+    assert len(kept) == stats["dead_lettered"]
+    assert {k["event"]["model"] for k in kept} == {"other"}
+    assert all("'other' is reserved" in k["error"] and k["status"] == 202 for k in kept)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING
+                and "rejected events" in r.getMessage()]
+    assert len(warnings) == 1  # one distinct reason, logged once
+
+
+def test_a_batch_refused_whole_is_kept_in_the_dead_letter_file(fake: FakeService,
+                                                               make_recorder: Any,
+                                                               tmp_path: Path) -> None:
+    fake.script = [Reply(422)]
+    rec = make_recorder(fake.url)
+    rec.heartbeat()
+    assert rec.flush(timeout=5)
+    kept = dead_letters(tmp_path / "spool")
+    assert rec.stats()["dead_lettered"] == len(kept) == rec.stats()["rejected"] >= 1
+    assert kept[0]["status"] == 422 and kept[0]["event"]["job_id"] == "job-1"
+
+
+def test_an_in_memory_spool_counts_rejections_without_a_file(fake: FakeService,
+                                                             make_recorder: Any) -> None:
+    fake.script = [Reply(202, reject_indexes=(0,))]
+    rec = make_recorder(fake.url, spool_dir=":memory:")
+    rec.heartbeat()
+    assert rec.flush(timeout=5)
+    assert rec.stats()["rejected"] == 1 and rec.stats()["dead_lettered"] == 0
