@@ -87,64 +87,69 @@ class OwnershipCheck:
         self.moved: list[dict[str, Any]] = []
         self.kept = len(batch.lines)
         self.seen: Owners = {}
-        self._index = dict(zip(batch.lines, batch.indices, strict=True))
-        self._kept = 0
-        self._pending: Sequence[str] | None = None
+        # The lines of the next claim round and their indices in the batch (None: the
+        # batch's own, the first round).
+        self._pending: tuple[list[str], list[int]] | None = None
 
     def from_cache(self, cache: OwnerCache) -> Sequence[str] | None:
         """The lines to store if `cache` decides every one; None if the database must."""
         self._reset()
         kept: list[str] = []
-        pending: Sequence[str] = self.batch.lines
-        while pending:
+        pending: tuple[Sequence[str], Sequence[int]] = (self.batch.lines, self.batch.indices)
+        while pending[0]:
             owners: Owners = {}
-            for line in pending:
+            for line in pending[0]:
                 fields = line.split("\t", 9)
                 owner = cache.get(fields[2])
                 if owner is None or (owner[1] is None and self._team(fields) is not None):
                     self._reset()
                     return None
                 owners[fields[2]] = owner
-            admitted, pending = self._decide(pending, owners)
+            admitted, _ = self._decide(*pending, owners)
             kept.extend(admitted)
+            assert self._pending is not None
+            pending = self._pending
         return kept
 
     def __call__(self, owners: Owners) -> tuple[Sequence[str], Sequence[str]]:
         """One claim round: the batch's lines first, then the lines the round moved."""
-        lines = self.batch.lines if self._pending is None else self._pending
+        if self._pending is None:
+            self._reset()
+            lines, indices = self.batch.lines, self.batch.indices
+        else:
+            lines, indices = self._pending
         self.seen.update(owners)
-        return self._decide(lines, owners)
+        return self._decide(lines, indices, owners)
 
     def _reset(self) -> None:
-        self.rejected, self.moved, self._kept, self.kept = [], [], 0, 0
+        self.rejected, self.moved, self.kept = [], [], 0
         self._pending = None
 
     def _team(self, fields: list[str]) -> str | None:
         return self.writer_team if fields[8] == _NULL else fields[8]
 
-    def _decide(self, lines: Sequence[str], owners: Owners) -> tuple[list[str], list[str]]:
+    def _decide(self, lines: Sequence[str], indices: Sequence[int], owners: Owners
+                ) -> tuple[list[str], list[str]]:
         """(lines to store, lines moved to their team's job, to be claimed next)."""
         kept: list[str] = []
         moved: list[str] = []
-        for line in lines:
-            index = self._index[line]
+        moved_at: list[int] = []
+        for index, line in zip(indices, lines, strict=True):
             fields = line.split("\t", 9)
             job, model, team = fields[2], fields[4], self._team(fields)
             owner = owners.get(job)
             if owner is not None and other_teams_claim(job, model, team, owner):
                 assert team is not None
                 fields[2] = namespaced(job, team)
-                new_line = "\t".join(fields)
-                self._index[new_line] = index
                 self.moved.append({"index": index, "job_id": fields[2]})
-                moved.append(new_line)
+                moved.append("\t".join(fields))
+                moved_at.append(index)
                 continue
             error = conflict(job, model, team, owner)
             if error is None:
                 kept.append(line)
             else:
                 self.rejected.append({"index": index, "error": error})
-        self._pending = moved
-        self._kept += len(kept)
-        self.kept = self._kept
+        self._pending = (moved, moved_at)
+        self.kept += len(kept)
         return kept, moved
