@@ -98,3 +98,21 @@ def test_the_ingest_window_is_a_setting(make_client, db_engine) -> None:
                      base=datetime.now(UTC) - timedelta(days=2))
     body = post(client, writer, [two_days]).json()
     assert "ingest window of 1 days" in body["rejected"][0]["error"]
+
+
+def test_a_reader_names_a_moved_job_by_its_team_namespaced_name(api, app_context) -> None:
+    """Defect 3: the job a team's events went to, because another team wrote the id first,
+    reads back under the name the 202 answer gave."""
+    first = [event("allocated", 0, job_id="slurm-7", model="feed_x", gpus=1, team="feed"),
+             event("released", 10, job_id="slurm-7", model="feed_x")]
+    real = [event("allocated", 0, job_id="slurm-7", model="ads_x", gpus=8, team="ads"),
+            event("released", 60, job_id="slurm-7", model="ads_x", team="ads")]
+    post_all(api, first)
+    body = api.post("/v1/events", json={"events": real}).json()
+    assert {m["job_id"] for m in body["moved"]} == {"slurm-7@ads"}
+    app_context.aggregator.clock = fixed(BASE + timedelta(days=1))
+    app_context.aggregator.run_pass()
+    for path in ("/v1/jobs/slurm-7@ads", "/v1/jobs/slurm-7%40ads"):
+        job = api.get(path).json()
+        assert (job["model"], job["team"], job["held_seconds"]) == ("ads_x", "ads", 3600)
+    assert api.get("/v1/jobs/slurm-7").json()["model"] == "feed_x"
