@@ -50,13 +50,31 @@ QUEUE_SQL = "INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(%(jobs)s AS text
 # per column instead spent ~40% of the ingest process's CPU in psycopg's pure-Python array
 # dumpers). ORDER BY event_id: see the module docstring. The count of new events is the
 # answer, and their jobs are queued in the same statement.
+#
+# A re-sent id is a retry only if its content is what is stored: an event whose job, id and
+# instant are stored with other content (another attempt, type, phase...) is another event,
+# stored under an id derived from its whole row (so its own retries are duplicates in turn),
+# never dropped as a duplicate. Every duplicate reaches this statement (the COPY path falls
+# back to it on a conflict); the probe is one primary-key lookup per row.
 INSERT_SQL = """
-    WITH ins AS (
+    WITH r AS (
+        SELECT (r->>0)::uuid AS event_id, (r->>1)::timestamptz AS ts, r->>2 AS job_id,
+               (r->>3)::int AS attempt, r->>4 AS model, r->>5 AS type, r->>6 AS phase,
+               (r->>7)::int AS gpus, r->>8 AS team, (r->>9)::int AS rank,
+               (r->>10)::jsonb AS attrs, (r->>11)::jsonb AS extra, md5(r::text) AS digest
+        FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+    ), ins AS (
         INSERT INTO events (event_id, ts, job_id, attempt, model, type, phase, gpus, team,
                             rank, attrs, extra)
-        SELECT (r->>0)::uuid, (r->>1)::timestamptz, r->>2, (r->>3)::int, r->>4, r->>5,
-               r->>6, (r->>7)::int, r->>8, (r->>9)::int, (r->>10)::jsonb, (r->>11)::jsonb
-        FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+        SELECT CASE WHEN EXISTS (
+                   SELECT 1 FROM events e
+                   WHERE e.job_id = r.job_id AND e.event_id = r.event_id AND e.ts = r.ts
+                     AND (e.attempt, e.model, e.type, e.phase, e.gpus, e.team, e.rank, e.attrs)
+                         IS DISTINCT FROM (r.attempt, r.model, r.type, r.phase, r.gpus, r.team,
+                                           r.rank, r.attrs))
+               THEN CAST(r.digest AS uuid) ELSE r.event_id END,
+               ts, job_id, attempt, model, type, phase, gpus, team, rank, attrs, extra
+        FROM r
         ORDER BY 1
         ON CONFLICT (job_id, event_id, ts) DO NOTHING
         RETURNING job_id

@@ -134,3 +134,19 @@ def test_ownership_holds_on_the_copy_path_of_large_batches(client, db_engine) ->
     assert body["accepted"] == 10 and len(body["rejected"]) == 49
     assert job_models(db_engine, "big") == [("one", None)]
     _ = auth  # the shared helpers
+
+
+def test_a_resent_id_with_other_content_is_another_event_not_a_duplicate(client,
+                                                                          db_engine) -> None:
+    """Defect 2: a re-sent id whose content differs (here another attempt at the same
+    instant) is not a retry: it is stored under an id derived from its content."""
+    admin = {"Authorization": "Bearer test-admin-token"}
+    first = event("heartbeat", 0, job_id="re", model="m")
+    again = {**first, "attempt": 1}
+    for ev, accepted in ((first, 1), (first, 0), (again, 1), (again, 0)):
+        body = client.post("/v1/events", headers=admin, json={"events": [ev]}).json()
+        assert (body["accepted"], body["duplicates"]) == (accepted, 1 - accepted), ev
+    with db_engine.connect() as conn:
+        rows = conn.execute(text("SELECT attempt FROM events WHERE job_id = 're'"
+                                 " ORDER BY attempt")).scalars().all()
+    assert rows == [0, 1]
