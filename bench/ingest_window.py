@@ -97,7 +97,7 @@ def _case(pg: Postgres, name: str, token: str | None, jobs: int, age: timedelta
 
 
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:
-    jobs = 20 if quick else 150
+    jobs = 5 if quick else 150
     window = _case(pg, "writer_window", None, jobs, timedelta(days=7, minutes=-1))
     old = _case(pg, "writer_old", None, jobs, timedelta(days=399))
     backfill = _case(pg, "admin_backfill_old", ADMIN_TOKEN, jobs, timedelta(days=399))
