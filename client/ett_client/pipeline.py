@@ -288,6 +288,9 @@ class Pipeline:
             return
         self.sender.acknowledged += outcome.accepted
         self.sender.duplicates += outcome.duplicates
+        for job in {m.get("job_id") for m in outcome.moved if isinstance(m, dict)}:
+            warn_once(f"moved:{job}", "ett_client: another team wrote this job id first; the"
+                      " service stores this job's events as %r (read it under that name)", job)
         if outcome.rejected:
             self.sender.rejected += len(outcome.rejected)
             lines, errors = [], []

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.client.fake_service import FakeService, Reply
@@ -59,3 +62,25 @@ def test_an_in_memory_spool_counts_rejections_without_a_file(fake: FakeService,
     rec.heartbeat()
     assert rec.flush(timeout=5)
     assert rec.stats()["rejected"] == 1 and rec.stats()["dead_lettered"] == 0
+
+
+@pytest.mark.slow
+def test_events_stored_in_their_teams_own_job_are_logged_with_its_name(
+        service: Any, make_recorder: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Another team wrote this job id first: the service keeps the events, in the job
+    `{job_id}@{team}`, and the SDK says so once (the name a reader must use)."""
+    squat = {"event_id": str(uuid.uuid4()), "ts": datetime.now(UTC).isoformat(),
+             "job_id": "squatted-1", "attempt": 0, "model": "feed_x", "type": "heartbeat",
+             "team": "feed"}
+    assert httpx.post(service.url + "/v1/events", json={"events": [squat]},
+                      headers=service.headers()).json()["accepted"] == 1
+    caplog.set_level(logging.DEBUG, logger="ett_client")
+    rec = make_recorder(service.url, token=service.token, model="ads_x", team="ads",
+                        job_id="squatted-1")
+    rec.heartbeat()
+    rec.heartbeat()
+    assert rec.flush(timeout=20)
+    assert rec.stats()["acknowledged"] == 2 and rec.stats()["rejected"] == 0
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+            and "squatted-1@ads" in r.getMessage()]
+    assert len(said) == 1
