@@ -33,7 +33,7 @@ def launch(service: Any, tmp: Path, job_id: str, **extra: str) -> subprocess.Pop
     env = {**os.environ, "ETT_URL": service.url, "ETT_TOKEN": service.token,
            "ETT_JOB_ID": job_id, "ETT_MODEL": "tiny-mlp", "ETT_TEAM": "research",
            "ETT_SPOOL_DIR": str(tmp / "spool"), "ETT_SIGTERM_CAUSE": "infra",
-           "PYTHONPATH": str(REPO), **extra}
+           "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'client'}", **extra}
     for name in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "ETT_STRICT"):
         env.pop(name, None)
     cmd = [str(TORCHRUN), "--standalone", "--nnodes=1", "--nproc-per-node=2", "--max-restarts=2",
