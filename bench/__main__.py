@@ -16,6 +16,7 @@ from . import (
     impact,
     ingest,
     ingest_window,
+    loop_stall,
     otlp,
     reads,
     sdk,
@@ -40,6 +41,7 @@ BENCHMARKS = {
     "slow_clients": (slow_clients, True),
     "impact": (impact, True),
     "ingest_window": (ingest_window, True),
+    "loop_stall": (loop_stall, True),
 }
 
 
