@@ -13,8 +13,17 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 # policy-rc.d keeps the packages from starting daemons of their own; tests start their own.
+# A policy-rc.d that was already there (container images ship one) is put back afterwards.
+saved=""
+if [ -e /usr/sbin/policy-rc.d ]; then
+  saved=$(mktemp) && cp -p /usr/sbin/policy-rc.d "$saved"
+fi
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
 apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 rc=$?
-rm -f /usr/sbin/policy-rc.d
+if [ -n "$saved" ]; then
+  cp -p "$saved" /usr/sbin/policy-rc.d && rm -f "$saved"
+else
+  rm -f /usr/sbin/policy-rc.d
+fi
 exit $rc
