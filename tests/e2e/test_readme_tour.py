@@ -1,5 +1,6 @@
 """The README, followed from a fresh clone: `make run` in the background, the tour's
-commands, the SDK snippet against the running service, a second `make run` refused in one
+commands, the SDK snippet against the running service, the example trainer under torchrun
+after `make trainer`, a second `make run` refused in one
 line, then Ctrl-C (SIGINT to the terminal's process group), and nothing left running.
 
 The clone builds its own `.venv` through `make run`, as a newcomer's would. The only change
@@ -119,6 +120,22 @@ def test_the_readme_from_a_fresh_clone(tmp_path) -> None:
         job = httpx.get(f"{base}/v1/jobs/my-first-job", headers=auth, timeout=30).json()
         assert (job["model"], job["team"], job["state"]) == ("my_model", "my-team", "completed")
         assert job["attempts"][0]["gpus"] == 8
+
+        # The example trainer, as the README runs it: `make trainer` (a CPU-only torch into
+        # .venv), torchrun with one worker crashing, then its report.
+        block = next(b for b in readme_blocks("sh") if "torchrun" in b)
+        assert "make trainer" in block and "--index-url" not in block
+        trainer = subprocess.run(
+            ["bash", "-c", "set -e\n" + block.replace("127.0.0.1:8080", f"127.0.0.1:{port}")],
+            cwd=clone, env=env, text=True, capture_output=True, timeout=900)
+        assert trainer.returncode == 0, trainer.stdout[-3000:] + trainer.stderr[-3000:]
+        freeze = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-m", "pip", "freeze"],
+                                text=True, capture_output=True, check=True).stdout.lower()
+        assert "torch==2.13.0" in freeze and "nvidia" not in freeze, freeze  # no CUDA stack
+        assert "demo-1" in trainer.stdout and "infra" in trainer.stdout, trainer.stdout
+        elastic = httpx.get(f"{base}/v1/jobs/demo-1", headers=auth, timeout=30).json()
+        assert (elastic["team"], elastic["state"]) == ("ml-platform", "completed"), elastic
+        assert len(elastic["attempts"]) == 2, elastic["attempts"]
 
         # A second `make run` while this one is up: one line, nothing started.
         second = subprocess.run(["make", "run", f"PORT={port}"], cwd=clone, env=env,
