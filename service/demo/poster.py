@@ -28,6 +28,8 @@ class DemoOptions:
     time_scale: float = 1.0
     failure_rate_per_hour: float | None = None
     progress: bool = False
+    # `ett serve --demo`: the paired benchmark and the annotated roll-out too (showcase.py)
+    showcase: bool = False
 
 
 class Poster:
@@ -105,6 +107,11 @@ def run_demo(base_url: str, token: str, opts: DemoOptions,
         bar.n = bar.total
         bar.close()
     log.info("demo: back-filled %d events (%d duplicates)", poster.accepted, poster.duplicates)
+    if opts.showcase:
+        from .showcase import post_paired, post_rollout
+
+        post_paired(poster, now, lambda line: log.info("demo: %s", line))
+        post_rollout(poster, now, lambda line: log.info("demo: %s", line))
     if backfilled is not None:
         backfilled.set()
     if not opts.live:
