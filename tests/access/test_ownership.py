@@ -7,7 +7,6 @@ from sqlalchemy import text
 
 from ett_core import Taxonomy
 from service.aggregate import Aggregator
-
 from tests.access.test_access import auth, client, make_client, post, taxonomy_file, token
 from tests.factories import event, spec_example
 
