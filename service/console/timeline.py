@@ -85,6 +85,10 @@ def _merge(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _instant(ts: datetime) -> str:
+    return f"{ts:%Y-%m-%d %H:%M:%S}.{ts.microsecond // 1000:03d}"
+
+
 def _tick_label(ts: datetime, step_s: float, with_day: bool) -> str:
     if step_s >= 86400:
         return f"{ts:%m-%d}"
@@ -152,7 +156,7 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
                 component=seg["component"], phase=seg["phase"], lost=lost,
                 settled=seg["settled"],
                 title=f"{seg['phase']} ({seg['component']}{at_risk}): {_span(secs)} from "
-                      f"{seg['start_at']:%Y-%m-%d %H:%M:%S}.{seg['start_at'].microsecond // 1000:03d}"))
+                      f"{_instant(seg['start_at'])}"))
         lane_marks = []
         for m in (m for m in marks if m["attempt"] == number):
             attrs = m["attrs"] or {}

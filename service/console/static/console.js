@@ -71,8 +71,9 @@
       if (!block) { return; }
       var s = JSON.parse(block.textContent);
       if (!s.x.length) { el.textContent = "No data in this window."; return; }
-      if (el.dataset.chart === "ett") { ettChart(el, s); }
-      else { componentsChart(el, s, el.dataset.chart === "lost"); }
+      // Kept on the element: the browser tests read the drawn scales from it.
+      el.uplot = el.dataset.chart === "ett" ? ettChart(el, s)
+        : componentsChart(el, s, el.dataset.chart === "lost");
     });
   }
   document.addEventListener("DOMContentLoaded", draw);
