@@ -151,13 +151,14 @@ def _start_background(ctx: AppContext, *, aggregator: bool, stop: threading.Even
 
 def _start_demo(base_url: str, token: str | None, stop: threading.Event) -> threading.Thread | None:
     from service.demo.poster import DemoOptions, run_demo_in_background
-    from service.demo.showcase import SHOWCASE_FAILURE_RATE
+    from service.demo.showcase import SHOWCASE_FAILURE_RATE, post_showcase
 
     if token is None:
         log.warning("demo: no admin token, cannot post the demo fleet")
         return None
     return run_demo_in_background(base_url, token, DemoOptions(
-        days=2, live=True, showcase=True, failure_rate_per_hour=SHOWCASE_FAILURE_RATE), stop)
+        days=2, live=True, failure_rate_per_hour=SHOWCASE_FAILURE_RATE), stop,
+        after_backfill=post_showcase)
 
 
 def _run(args: argparse.Namespace) -> int:

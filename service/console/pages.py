@@ -72,7 +72,14 @@ def _series(engine: Engine, start: datetime, end: datetime, step: str,
     current = q.floor_hour(end) if step == "hour" else q.floor_day(end)
     with engine.connect() as conn:
         rows = component_series(conn, first, end, step, filters)
+    # Every step of the window, zero where nothing was held: a quiet stretch is drawn flat
+    # (and the ETT line broken there), not bridged by a line between the steps around it.
+    stride = timedelta(hours=1) if step == "hour" else timedelta(days=1)
     steps: dict[datetime, dict[str, int]] = {}
+    at = first
+    while at < end:
+        steps[at] = dict.fromkeys(COMPONENTS, 0)
+        at += stride
     for row in rows:
         steps.setdefault(row["at"], dict.fromkeys(COMPONENTS, 0))[row["component"]] += row["held"]
     xs = sorted(steps)
@@ -84,7 +91,7 @@ def _series(engine: Engine, start: datetime, end: datetime, step: str,
             "components": {c: [steps[at][c] / 1e6 / HOUR_S for at in xs] for c in COMPONENTS},
             "colours": COLOURS, "start": int(start.timestamp()), "end": int(end.timestamp()),
             "partial_from": int(current.timestamp()) if current < end else None,
-            "step": step}
+            "step": step, "empty": not rows}
 
 
 def fleet(req: PageRequest) -> dict[str, Any]:

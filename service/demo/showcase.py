@@ -10,6 +10,7 @@ docs/model.md section 6 is a scenario of its own, so anyone can check its figure
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ WORKED_TEAM = "docs"
 _NS = uuid.UUID("0b7c4a52-93d1-4f0e-8a63-5e2d1c9f7a10")
 
 Say = Callable[[str], None]
+log = logging.getLogger("ett.demo")
 
 
 def post_paired(poster: Poster, now: datetime, say: Say) -> None:
@@ -66,6 +68,15 @@ def _annotations(poster: Poster, start: datetime, now: datetime) -> list[dict[st
     items = body.get("annotations", body) if isinstance(body, dict) else body
     return [{"ts": datetime.fromisoformat(a["ts"].replace("Z", "+00:00")).isoformat(),
              "title": a["title"]} for a in items]
+
+
+def post_showcase(poster: Poster, now: datetime) -> None:
+    """What `ett serve --demo` posts after the fleet's back-fill, logged."""
+    def say(line: str) -> None:
+        log.info("demo: %s", line)
+
+    post_paired(poster, now, say)
+    post_rollout(poster, now, say)
 
 
 def worked_example_events(start: datetime) -> list[dict[str, Any]]:

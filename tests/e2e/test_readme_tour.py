@@ -91,7 +91,28 @@ def test_the_readme_from_a_fresh_clone(tmp_path) -> None:
             assert run.poll() is None, Path(log.name).read_text()[-4000:]
             assert time.monotonic() < deadline, f"{JOB} never appeared"
             time.sleep(5)
+        # After the back-fill the demo posts the showcase: the paired benchmark, then the
+        # roll-out with its annotations (the last thing it posts).
+        since = time.strftime("%Y-%m-%dT00:00:00Z", time.gmtime(time.time() - 60 * 86400))
+        while len(httpx.get(f"{base}/v1/annotations", headers=auth, timeout=30, params={
+                "start": since, "tag": "rollout"}).json()["annotations"]) < 5:
+            assert run.poll() is None, Path(log.name).read_text()[-4000:]
+            assert time.monotonic() < deadline, "the roll-out's annotations never appeared"
+            time.sleep(5)
         httpx.post(f"{base}/v1/aggregate", headers=auth, timeout=300).raise_for_status()
+        # The showcase pages have figures on first load: labelled cohorts, advice.
+        doc = httpx.get(f"{base}/v1/impact", headers=auth, timeout=60, params={
+            "baseline_label": "variant:baseline", "candidate_label": "variant:optimized"}).json()
+        assert doc["baseline"]["jobs"] >= 6 and doc["candidate"]["jobs"] >= 6, doc
+        assert doc["delta_ett_pp"] > 0
+        advised = [m["model"] for m in httpx.get(f"{base}/v1/models", headers=auth,
+                                                 timeout=30).json()["models"]
+                   if httpx.get(f"{base}/v1/models/{m['model']}/checkpoint-advice",
+                                headers=auth, timeout=30).json()["status"] == "ok"]
+        # Most of the fleet's 24 models (about four interruptions each in two days), not only
+        # the paired and roll-out models.
+        fleet = [m for m in advised if not m.startswith(("paired_", "rollout_"))]
+        assert len(fleet) >= 12, advised
 
         script = "set -e\n" + "\n".join(
             f"echo '>>> {i}'\n{line}" for i, line in enumerate(tour_commands(port)))

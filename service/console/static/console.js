@@ -70,7 +70,7 @@
       var block = document.getElementById(el.dataset.series);
       if (!block) { return; }
       var s = JSON.parse(block.textContent);
-      if (!s.x.length) { el.textContent = "No data in this window."; return; }
+      if (!s.x.length || s.empty) { el.textContent = "No data in this window."; return; }
       // Kept on the element: the browser tests read the drawn scales from it.
       el.uplot = el.dataset.chart === "ett" ? ettChart(el, s)
         : componentsChart(el, s, el.dataset.chart === "lost");
