@@ -141,6 +141,15 @@ def test_the_readme_from_a_fresh_clone(tmp_path) -> None:
         job = httpx.get(f"{base}/v1/jobs/my-first-job", headers=auth, timeout=30).json()
         assert (job["model"], job["team"], job["state"]) == ("my_model", "my-team", "completed")
         assert job["attempts"][0]["gpus"] == 8
+        # A few seconds of phases, as the README says: compilation 1 s, training 3 s.
+        assert job["components"]["compilation"] == pytest.approx(1.0, abs=0.3)
+        assert job["effective_seconds"] == pytest.approx(3.0, abs=0.3)
+        report = subprocess.run([str(clone / ".venv" / "bin" / "ett"), "report", "--job",
+                                 "my-first-job"], cwd=clone, env={**env, "COLUMNS": "80"},
+                                text=True, capture_output=True, timeout=120)
+        assert report.returncode == 0, report.stderr
+        assert re.search(r"held [34]\.\d\d s, effective [23]\.\d\d s", report.stdout), (
+            report.stdout)
 
         # The example trainer, as the README runs it: `make trainer` (a CPU-only torch into
         # .venv), torchrun with one worker crashing, then its report.
