@@ -136,3 +136,22 @@ def test_impact_cells_stay_on_one_line(page: Any, served: Any) -> None:
           return tops.size > 1; })
         .map((td) => td.textContent.trim())""")
     assert wrapped == []
+
+
+def test_the_api_docs_fetch_nothing_from_outside(browser: Any, served: Any) -> None:
+    """The README says the docs' assets are local: /docs and /redoc request only the
+    service, ReDoc's logo included."""
+    proc, _ = served
+    context = browser.new_context(base_url=proc.url, viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    outside: list[str] = []
+    # data: and blob: URLs (ReDoc's worker) of the page itself are not requests out.
+    pg.on("request", lambda r: r.url.startswith((proc.url, "data:", f"blob:{proc.url}"))
+          or outside.append(r.url))
+    for path in ("/docs", "/redoc"):
+        assert pg.goto(path).status == 200
+        pg.wait_for_load_state("networkidle")
+    pg.wait_for_selector("text=API docs by Redocly")
+    pg.screenshot(path=str(SHOTS / "redoc.png"))
+    assert outside == []
+    context.close()
