@@ -14,16 +14,17 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 # policy-rc.d keeps the packages from starting daemons of their own; tests start their own.
 # A policy-rc.d that was already there (container images ship one) is put back afterwards.
+policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d}  # another path only in its test
 saved=""
-if [ -e /usr/sbin/policy-rc.d ]; then
-  saved=$(mktemp) && cp -p /usr/sbin/policy-rc.d "$saved"
+if [ -e "$policy" ]; then
+  saved=$(mktemp) && cp -p "$policy" "$saved"
 fi
-printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
 apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 rc=$?
 if [ -n "$saved" ]; then
-  cp -p "$saved" /usr/sbin/policy-rc.d && rm -f "$saved"
+  cp -p "$saved" "$policy" && rm -f "$saved"
 else
-  rm -f /usr/sbin/policy-rc.d
+  rm -f "$policy"
 fi
 exit $rc
