@@ -103,7 +103,8 @@ def _tick_label(ts: datetime, step_s: float, with_day: bool) -> str:
 
 def axis_ticks(t0: datetime, t1: datetime, x_of: Any) -> list[dict[str, Any]]:
     """Ticks at round instants (multiples of a step from the epoch, UTC) within [t0, t1]:
-    each label is distinct, and the date is written on the first tick and where it changes.
+    each label is distinct; the date is written on the first tick and where it changes,
+    or on every tick when the span is a day or more.
     A label near an edge leans inwards, so it stays inside the drawing."""
     span_s = max((t1 - t0).total_seconds(), 0.001)
     step_s = next((s for s in _STEPS if span_s / s <= MAX_TICKS - 1), _STEPS[-1])
@@ -112,10 +113,12 @@ def axis_ticks(t0: datetime, t1: datetime, x_of: Any) -> list[dict[str, Any]]:
     t0_us = (t0 - epoch) // timedelta(microseconds=1)
     first_us = -(-t0_us // step_us) * step_us  # the first multiple at or after t0
     ticks, day = [], None
+    long_span = span_s >= 86400 and step_s < 86400
     t_us = first_us
     while (ts := epoch + timedelta(microseconds=t_us)) <= t1:
         x = x_of(ts)
-        label = _tick_label(ts, step_s, ts.date() != day)
+        # Over a day or more the same time of day recurs: every tick then names its day.
+        label = _tick_label(ts, step_s, ts.date() != day or long_span)
         day = ts.date()
         half = 3.2 * len(label)  # half the label's width at 10 px
         anchor = ("start" if x - half < LABEL_W else "end" if x + half > WIDTH - 2
