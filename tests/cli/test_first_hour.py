@@ -120,3 +120,12 @@ def test_a_sub_second_job_keeps_its_precision_within_80_columns(api, database_ur
     assert re.search(r"00:00:00\.000\s+00:00:00\.150\s+8\s+completed\s+150 ms", out), out
     assert main(["report", "--job", "quick", "--by", "team"]) == 2
     assert "--job shows one job" in capsys.readouterr().err
+
+
+def test_ett_advise_says_what_is_not_aggregated_yet(aggregated, capsys, tmp_path) -> None:
+    assert main(["advise", "checkpoints", "--start", "2026-10-01T00:00:00Z",
+                 "--end", "2026-10-02T00:00:00Z"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("no attempts started between") and "`ett aggregate`" in out
+    assert "start: " in one_line_error(ett("advise", "checkpoints", "--start", "yesterday",
+                                           cwd=tmp_path))
