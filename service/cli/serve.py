@@ -82,8 +82,8 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         print(f"  aggregator: {'on' if aggregator else 'off (API-only replica)'}", flush=True)
         print(f"  console: {base}/ui/ (sign in with a token)", flush=True)
         if demo:
-            print("  demo fleet: back-filling 2 days, then posting live (ett demo --help)",
-                  flush=True)
+            print("  demo fleet: back-filling 2 days, the paired benchmark and an annotated"
+                  " roll-out, then live", flush=True)
         if demo:
             _start_demo(base, db.admin_token, stop)
         # uvicorn re-raises the signal that stopped it once it has drained; turning SIGTERM
