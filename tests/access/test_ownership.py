@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlalchemy import text
 
+from ett_core import Taxonomy
+from service.aggregate import Aggregator
 from tests import factories
 from tests.access.test_access import auth, client, make_client, post, taxonomy_file, token
 
@@ -54,8 +56,9 @@ def test_a_writer_may_not_post_its_model_into_another_teams_job(client, db_engin
     assert (body["accepted"], body["duplicates"], body["rejected"]) == (3, 0, [])
     assert body["moved"] == [{"index": 0, "job_id": "rank-1@ads"},
                              {"index": 1, "job_id": "rank-1@ads"}]
-    assert set(job_models(db_engine, "rank-1")) == {("search", None), ("search", "search")}
-    assert job_models(db_engine, "rank-1@ads") == [("ads_x", None)]
+    # The writers' team-less events took their tokens' teams.
+    assert set(job_models(db_engine, "rank-1")) == {("search", "search")}
+    assert job_models(db_engine, "rank-1@ads") == [("ads_x", "ads")]
     # Retried, the same answer (nothing new stored, every event a duplicate).
     again = post(client, ads, hostile).json()
     assert (again["accepted"], again["duplicates"], again["rejected"]) == (0, 3, [])
@@ -85,8 +88,8 @@ def test_a_squatted_job_id_does_not_stop_the_real_team(client, db_engine) -> Non
     body = post(client, ads, real).json()
     assert (body["accepted"], body["rejected"]) == (3, [])
     assert {m["job_id"] for m in body["moved"]} == {"slurm-1000123@ads"}
-    assert job_models(db_engine, "slurm-1000123@ads") == [("ads_x", None)]
-    assert job_models(db_engine, "slurm-1000123") == [("feed_squat", None)]
+    assert job_models(db_engine, "slurm-1000123@ads") == [("ads_x", "ads")]
+    assert job_models(db_engine, "slurm-1000123") == [("feed_squat", "feed")]
     # The namespaced name cannot be squatted in turn: '@' is not a name a writer may send.
     pre = post(client, feed, [event("heartbeat", 1, job_id="other-9@ads", model="feed_x")])
     assert pre.json()["accepted"] == 0 and "job_id" in pre.json()["rejected"][0]["error"]
@@ -150,3 +153,27 @@ def test_a_resent_id_with_other_content_is_another_event_not_a_duplicate(client,
         rows = conn.execute(text("SELECT attempt FROM events WHERE job_id = 're'"
                                  " ORDER BY attempt")).scalars().all()
     assert rows == [0, 1]
+
+
+def test_a_writer_tokens_team_is_the_default_team_of_its_events(client, db_engine) -> None:
+    """`ett tokens create --role writer --team ads`: an event naming no team is stored with
+    the token's team, so the job is billed to ads, not `unassigned`."""
+    ads = token(db_engine, "writer", "ads", ("ads_*",))
+    one = [e for e in spec_example(job_id="ads-teamless", model="ads_new")
+           if e["type"] != "failure"]
+    for e in one:
+        e.pop("team", None)
+    assert post(client, ads, one).json()["accepted"] == len(one)
+    assert job_models(db_engine, "ads-teamless") == [("ads_new", "ads")]
+    # A model the taxonomy gives to another team keeps no team: the taxonomy decides.
+    shared = [event("allocated", 0, job_id="shared-teamless", model="ads_shared", gpus=1)]
+    assert post(client, ads, shared).json()["accepted"] == 1
+    assert job_models(db_engine, "shared-teamless") == [("ads_shared", None)]
+    # An admin token adds no team.
+    admin = {"Authorization": "Bearer test-admin-token"}
+    admin_job = [event("allocated", 0, job_id="admin-teamless", model="ads_new", gpus=1)]
+    assert post(client, admin, admin_job).json()["accepted"] == 1
+    assert job_models(db_engine, "admin-teamless") == [("ads_new", None)]
+    Aggregator(db_engine, Taxonomy.default()).run_pass()
+    job = client.get("/v1/jobs/ads-teamless", headers=admin).json()
+    assert job["team"] == "ads"
