@@ -20,6 +20,13 @@ from ett_core.level1 import attempt_terms, combine
 from ett_core.progress import label, progress_of
 from ett_core.result import AttemptResult, JobResult
 from ett_core.segments import Segment, to_segments
+from ett_core.stalls import (
+    AttemptStalls,
+    attempt_stalls,
+    first_step,
+    mark_stalled,
+    snapshot_from_steps,
+)
 from ett_core.taxonomy import COMPONENTS, EFFECTIVE, UNASSIGNED_TEAM, Taxonomy
 from ett_core.timeline import partition
 
@@ -30,6 +37,8 @@ class JobComputation:
     segments: tuple[Segment, ...]
     # Per attempt, what checkpoint advice needs (ett_core.checkpoints).
     checkpoints: tuple[AttemptCheckpoints, ...] = ()
+    # Per attempt, progress by steps and its stalls (ett_core.stalls).
+    stalls: tuple[AttemptStalls, ...] = ()
 
 
 _PHASE_TYPES = frozenset(("phase_start", "phase_end"))
@@ -110,9 +119,16 @@ def compute_job(
     attempts: list[AttemptResult] = []
     terms = []
     labelled = []
-    for frame in frames:
+    # Steps: each attempt's first step (for the snapshot of the one before), and stalls.
+    next_steps = [*(first_step(f) for f in frames[1:]), None][: len(frames)]
+    stall_owner = taxonomy.stall_owner_of(team)
+    stalls = []
+    for frame, next_step in zip(frames, next_steps, strict=True):
         timeline = partition(frame, taxonomy, diag)
-        pieces = label(frame, timeline, progress_of(frame, timeline, diag), taxonomy, team)
+        progress = snapshot_from_steps(frame, progress_of(frame, timeline, diag), next_step, diag)
+        pieces = label(frame, timeline, progress, taxonomy, team)
+        stalls.append(attempt_stalls(frame, timeline, taxonomy, diag))
+        pieces = mark_stalled(frame, pieces, stalls[-1], stall_owner)
         labelled.append((timeline, pieces))
         own_terms = attempt_terms(frame, timeline, pieces)
         terms.append(own_terms)
@@ -152,8 +168,11 @@ def compute_job(
         owners=MappingProxyType(dict(owners)),
         level1=level1,
         diagnostics=diag.freeze(),
+        stalls=tuple(stalls),
     )
-    return JobComputation(result=result, segments=tuple(segments), checkpoints=checkpoints)
+    return JobComputation(
+        result=result, segments=tuple(segments), checkpoints=checkpoints, stalls=tuple(stalls)
+    )
 
 
 def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment]) -> AttemptResult:
