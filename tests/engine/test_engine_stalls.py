@@ -115,7 +115,8 @@ def test_a_stall_still_going_at_now_counts_up_to_now():
 # the state at step 1200 was saved, and attempt 0 first reached 1200 at minute 12. So S is
 # 12: training 0..12 is effective, 12..20.5 is lost progress (8.5 min), not all 20.5.
 def restart_at_1200(*, checkpoint_at: float | None = None) -> Job:
-    job = Job(team="ads").allocated(0).phase("training", 0, None).failure(20.5).released(21, reason="failed")
+    job = Job(team="ads").allocated(0).phase("training", 0, None)
+    job.failure(20.5).released(21, reason="failed")
     steps(job, [float(m) for m in range(1, 21)], first=100, per=100)
     if checkpoint_at is not None:
         job.add("checkpoint", checkpoint_at, attrs={"snapshot_ts": at(checkpoint_at) / 1e6})
