@@ -28,6 +28,7 @@ from service.slo.model import (
     parse_duration,
     scale_window,
 )
+from service.slo.stalls import STALL_RULES_FILE, stall_rule_file
 
 HELD = "ett_held_gpu_seconds_total"
 SETTLED = "ett_settled_gpu_seconds_total"
@@ -301,6 +302,8 @@ def render_rule_files(spec: SloSpec, window_scale: float = 1.0,
         rules = _recording_rules(slo, windows) + _alerting_rules(slo, scaled, windows)
         files[f"{slo.name}.rules.yaml"] = {"groups": [{"name": f"ett-slo-{slo.name}",
                                                        "rules": rules}]}
+    # Job-level alerts, not SLOs: they ride with the SLO files (service/slo/stalls.py).
+    files[STALL_RULES_FILE] = stall_rule_file(spec.runbook_base_url)
     return files
 
 
