@@ -43,6 +43,18 @@ def test_hour_clipped_pieces_of_one_phase_are_one_bar() -> None:
     assert "failure (infra)" in lane.marks[0].title
 
 
+def test_a_stall_is_a_dotted_bar_of_its_own_inside_training() -> None:
+    # docs/model.md section 24, the first worked example: training 0-61, stalled 61-90,
+    # training 90-120.
+    segments = [seg(0, 0, 61), seg(0, 61, 90, "stalled", "wasted_training"), seg(0, 90, 120)]
+    (lane,) = layout([{"attempt": 0, "end_cause": "completed"}], segments, [])["lanes"]
+    assert [(b.phase, b.stalled, b.lost) for b in lane.bars] == [
+        ("training", False, False), ("stalled", True, False), ("training", False, False)]
+    scale = (WIDTH - LABEL_W - 10) / (120 * 60)
+    assert lane.bars[1].w == pytest.approx(29 * 60 * scale)
+    assert lane.bars[1].colour == "#c62828"  # wasted training's colour, dotted on top
+
+
 def test_a_job_with_no_segments_has_an_empty_timeline() -> None:
     assert layout([], [], [])["lanes"] == []
 
