@@ -128,8 +128,12 @@ def attempt_stalls(
     median = _median([b - a for a, b in pairwise(instants)])
     threshold = max(taxonomy.stall_floor_us, int(taxonomy.stall_factor * median))
     # The last gap runs to the end of the attempt's training: a trainer that hangs and
-    # is then killed stalled until its training stopped.
+    # is then killed stalled until its training stopped. An attempt that ended in silence
+    # (lost, or ended by the next one's start) stalled at most until its last news: after
+    # it the trainer was gone, not hung, and lost progress covers that time.
     training_end = timeline.last_training_end_us
+    if training_end is not None and not frame.is_open:
+        training_end = min(training_end, frame.last_news_us)
     ends = instants[1:]
     if training_end is not None and training_end > instants[-1]:
         ends.append(training_end)

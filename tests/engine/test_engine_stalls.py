@@ -146,6 +146,17 @@ def test_without_steps_all_of_the_interrupted_training_is_lost():
     assert minutes(result.phases["lost_progress"]) == 20.5
 
 
+def test_the_silent_tail_of_a_dead_trainer_is_not_a_stall():
+    # Steps a minute to minute 30, then nothing: the trainer was killed. Attempt 1 starts at
+    # 40; attempt 0 ends there (lost). 30..40 is silence, lost progress, not a stall.
+    job = Job(team="ads").allocated(0).phase("training", 0, None)
+    steps(job, [float(m) for m in range(1, 31)])
+    job.allocated(40, attempt=1).phase("training", 40, 50, attempt=1).released(50, attempt=1)
+    result = compute(job.events).result
+    assert stalled(compute(job.events)) == 0
+    assert minutes(result.phases["lost_progress"]) == 40.0  # no checkpoint, no step in 1
+
+
 def test_fewer_than_ten_advances_get_no_detection_and_say_so():
     job = Job(team="ads").allocated(0).phase("training", 0, 120).released(120)
     steps(job, [1, 2, 3, 4, 5, 6, 7, 8, 100])  # nine advances, a 92-minute gap
