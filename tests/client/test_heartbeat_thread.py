@@ -60,8 +60,9 @@ def test_the_trainer_timeline_stores_the_step_and_the_thread_sends_it(fake, make
     sent_before = rec.stats()["enqueued"]
     for step in range(1, 6):
         timeline.step(step)
-    # The step path emitted nothing beyond the phase change of the first step.
-    assert rec.stats()["enqueued"] == sent_before + 2
+    # The step path emitted nothing beyond the first step's: the phase change, and the
+    # step training starts from.
+    assert rec.stats()["enqueued"] == sent_before + 3
     assert wait_for(lambda: rec.flush(1) and any(b["attrs"].get("step") == 5 for b in _beats(fake)))
     assert any(t.name == "ett-client-heartbeat" for t in threading.enumerate())
     timeline.finish()

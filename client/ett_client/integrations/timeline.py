@@ -70,6 +70,10 @@ class TrainerTimeline:
             self.leave(INITIALIZATION)
             self.enter(TRAINING)
             self._training = True
+            if step is not None:
+                # The step training starts from, at once: after a resume it is the step of
+                # the state that was loaded (docs/model.md section 24).
+                self.recorder.heartbeat(step=step)
         if step is not None:
             self.recorder.latest_step = step
 
