@@ -5,8 +5,10 @@ recorder's heartbeat thread sends the latest step every HEARTBEAT_S. A real Prom
 scrapes the service and evaluates the committed EttJobStalled rule.
 
 - The hang: the loop blocks on a FIFO for a measured interval while the heartbeat thread
-  keeps running. The service's `stalled` time must be the hang minus one median step
-  interval, within the heartbeat period, and the alert must fire during the hang.
+  keeps running. The hang, as progress sees it, runs from the step before the barrier to
+  the step after it (the trainer's own clock). The service's `stalled` time must be the
+  hang minus one median step interval, within the heartbeat period, and the alert must
+  fire during the hang.
 - The restart: the trainer saves its state every 50 steps without reporting a checkpoint,
   SIGKILLs itself, and a second attempt resumes from the saved step; the snapshot of the
   first attempt is inferred from that step.
@@ -41,7 +43,7 @@ pytestmark = [pytest.mark.slow,
 HEARTBEAT_S = 0.5
 STALL_FLOOR_S = 4
 STALL_FACTOR = 3
-HANG_S = 15.0
+HANG_S = 10.0
 TRAINER = Path(__file__).with_name("stall_trainer.py")
 STALL_RULES = REPO / "deploy" / "prometheus" / "rules" / "job-stalls.rules.yaml"
 
@@ -111,7 +113,7 @@ def test_a_hang_is_stalled_time_and_pages_while_it_lasts(stack, tmp_path: Path) 
     job_id = f"hang-{uuid.uuid4().hex[:8]}"
     fifo = tmp_path / "barrier"
     os.mkfifo(fifo)
-    proc = launch(svc, tmp_path, job_id, 0, "--steps", "220", "--hang-at", "150",
+    proc = launch(svc, tmp_path, job_id, 0, "--steps", "160", "--hang-at", "110",
                   "--fifo", str(fifo))
     deadline = time.monotonic() + 120
     while first(truth(tmp_path), "hang_start") is None:
@@ -128,12 +130,17 @@ def test_a_hang_is_stalled_time_and_pages_while_it_lasts(stack, tmp_path: Path) 
         barrier.write("go")
     assert proc.wait(timeout=120) == 0, (tmp_path / "run0.log").read_text()[-3000:]
     facts = truth(tmp_path)
-    hang = first(facts, "hang_end")["t"] - hang_start  # type: ignore[index]
+    blocked = first(facts, "hang_end")["t"] - hang_start  # type: ignore[index]
+    # The hang as progress sees it: from step 110 to step 111 (the barrier's wait plus
+    # the one step that follows it).
+    hang = (first(facts, "step", step=111)["t"]  # type: ignore[index]
+            - first(facts, "step", step=110)["t"])  # type: ignore[index]
     result = job_result(svc, job_id)
     [progress] = result["progress"]
     median = progress["median_interval_seconds"]
     stalled = result["phases"].get("stalled", 0.0)
-    figures = {"hang_s": round(hang, 3), "stalled_s": stalled, "median_interval_s": median,
+    figures = {"barrier_wait_s": round(blocked, 3), "hang_s": round(hang, 3),
+               "stalled_s": stalled, "median_interval_s": median,
                "threshold_s": progress["threshold_seconds"],
                "expected_stalled_s": round(hang - median, 3),
                "hang_start_to_alert_firing_s": None if alert_at is None
