@@ -28,7 +28,7 @@ from service.slo.model import (
     parse_duration,
     scale_window,
 )
-from service.slo.stalls import STALL_RULES_FILE, stall_rule_file
+from service.slo.stalls import DEFAULT_STALL_OWNER, STALL_RULES_FILE, stall_rule_file
 
 HELD = "ett_held_gpu_seconds_total"
 SETTLED = "ett_settled_gpu_seconds_total"
@@ -283,8 +283,9 @@ def _quarantine_rule(slo: Slo, spec: SloSpec) -> dict[str, Any]:
     }
 
 
-def render_rule_files(spec: SloSpec, window_scale: float = 1.0,
-                      min_window_s: int = 60) -> dict[str, dict[str, Any]]:
+def render_rule_files(spec: SloSpec, window_scale: float = 1.0, min_window_s: int = 60,
+                      stall_owner: str | None = DEFAULT_STALL_OWNER
+                      ) -> dict[str, dict[str, Any]]:
     """One Prometheus rule file per SLO: {'<slo>.rules.yaml': {'groups': [...]}}.
 
     ``window_scale`` < 1 shortens every window (floored at ``min_window_s``) and the absent
@@ -303,7 +304,7 @@ def render_rule_files(spec: SloSpec, window_scale: float = 1.0,
         files[f"{slo.name}.rules.yaml"] = {"groups": [{"name": f"ett-slo-{slo.name}",
                                                        "rules": rules}]}
     # Job-level alerts, not SLOs: they ride with the SLO files (service/slo/stalls.py).
-    files[STALL_RULES_FILE] = stall_rule_file(spec.runbook_base_url)
+    files[STALL_RULES_FILE] = stall_rule_file(spec.runbook_base_url, stall_owner)
     return files
 
 
