@@ -127,7 +127,7 @@ def compute_job(
         timeline = partition(frame, taxonomy, diag)
         progress = snapshot_from_steps(frame, progress_of(frame, timeline, diag), next_step, diag)
         pieces = label(frame, timeline, progress, taxonomy, team)
-        stalls.append(attempt_stalls(frame, timeline, taxonomy, diag))
+        stalls.append(attempt_stalls(frame, taxonomy, diag))
         pieces = mark_stalled(frame, pieces, stalls[-1], stall_owner)
         labelled.append((timeline, pieces))
         own_terms = attempt_terms(frame, timeline, pieces)

@@ -19,7 +19,6 @@ from ett_core.diagnostics import DiagnosticsBuilder
 from ett_core.instants import format_rfc3339_us, us_to_seconds
 from ett_core.progress import Labelled, Progress
 from ett_core.taxonomy import EFFECTIVE, LOST_PROGRESS, STALLED, WASTED, Taxonomy
-from ett_core.timeline import AttemptTimeline
 
 # Fewer advances than this give no usable median: the attempt gets no stall detection.
 MIN_ADVANCES = 10
@@ -104,7 +103,6 @@ def _median(values: Sequence[int]) -> int:
 
 def attempt_stalls(
     frame: AttemptFrame,
-    timeline: AttemptTimeline,
     taxonomy: Taxonomy,
     diag: DiagnosticsBuilder,
 ) -> AttemptStalls:
@@ -127,11 +125,12 @@ def attempt_stalls(
     instants = [ts for ts, _ in advances]
     median = _median([b - a for a, b in pairwise(instants)])
     threshold = max(taxonomy.stall_floor_us, int(taxonomy.stall_factor * median))
-    # The last gap runs to the end of the attempt's training: a trainer that hangs and
-    # is then killed stalled until its training stopped. An attempt that ended in silence
-    # (lost, or ended by the next one's start) stalled at most until its last news: after
-    # it the trainer was gone, not hung, and lost progress covers that time.
-    training_end = timeline.last_training_end_us
+    # The last gap runs to the end of the attempt's training phase (`now` while it is
+    # open, even when a save nested in it owns the time: a deadlocked save is a stall in
+    # progress). An attempt that ended in silence (lost, or ended by the next one's start)
+    # stalled at most until its last news: after it the trainer was gone, not hung, and
+    # lost progress covers that time.
+    training_end = _training_phase_end(frame, taxonomy)
     if training_end is not None and not frame.is_open:
         training_end = min(training_end, frame.last_news_us)
     ends = instants[1:]
@@ -147,13 +146,34 @@ def attempt_stalls(
         and frame.is_open
         and training_end == frame.end_us
         and windows[-1][1] == training_end
-        and training_end > instants[-1]
     ):
         since = windows[-1][0]
     return replace(
         none, median_interval_us=median, threshold_us=threshold, windows=tuple(windows),
         stalled_since_us=since,
     )
+
+
+def _training_phase_end(frame: AttemptFrame, taxonomy: Taxonomy) -> int | None:
+    """When the attempt's training phases (component effective_training) last closed, the
+    attempt's end while one is still open, None when none ever opened."""
+    component_of = taxonomy.phase_component.get
+    open_phases: dict[str, int] = {}
+    end = None
+    for event in frame.events:
+        kind, phase = event.type, event.phase
+        if kind == "phase_start" and component_of(phase) == EFFECTIVE:  # type: ignore[arg-type]
+            if event.attrs.get("background") is not True:
+                open_phases[phase] = open_phases.get(phase, 0) + 1  # type: ignore[index]
+        elif kind == "phase_end" and open_phases.get(phase, 0) > 0:  # type: ignore[arg-type]
+            open_phases[phase] -= 1  # type: ignore[index]
+            if not any(open_phases.values()):
+                end = min(max(event.ts_us, frame.start_us), frame.end_us)
+        elif kind == "failure" and event.event_id == frame.failure_event_id:
+            if any(open_phases.values()):
+                end = min(max(event.ts_us, frame.start_us), frame.end_us)
+            open_phases.clear()
+    return frame.end_us if any(open_phases.values()) else end
 
 
 def mark_stalled(

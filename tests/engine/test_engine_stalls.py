@@ -109,6 +109,30 @@ def test_a_stall_still_going_at_now_counts_up_to_now():
     assert stalled(later) == 21.0 and later.result.stalled_since_us is None
 
 
+def test_a_save_deadlocked_at_now_is_a_stall_in_progress_that_keeps_its_time():
+    # Steps to 30, a save starts at 30.5 inside the open training and never ends; the
+    # heartbeats go on. Nothing is training after 30.5, so nothing is stalled, but the job
+    # is stalled now (the alert's condition) from 31.
+    job = Job(team="ads").allocated(0).phase("training", 0, None)
+    steps(job, [float(m) for m in range(1, 31)])
+    job.phase("checkpoint_save", 30.5, None)
+    for minute in range(31, 45):
+        job.heartbeat(minute, attrs={"step": 30})
+    comp = compute(job.events, now=45)
+    assert in_minutes(comp.result.phases) == {"training": 30.5, "checkpoint_save": 14.5}
+    assert comp.result.stalled_since_us == at(31)
+
+
+def test_a_long_final_checkpoint_after_training_is_not_a_stall():
+    job = Job(team="ads").allocated(0).phase("training", 0, 30)
+    steps(job, [float(m) for m in range(1, 31)])
+    job.phase("final_checkpoint", 30, None)
+    for minute in range(31, 45):
+        job.heartbeat(minute, attrs={"step": 30})
+    comp = compute(job.events, now=45)
+    assert comp.result.stalled_since_us is None and stalled(comp) == 0
+
+
 # Worked example 4: a restart that resumes at step 1200 and no checkpoint was reported.
 # Attempt 0 trains from 0 and reaches step 100 x m at minute m (1..20); an infra failure at
 # 20.5; released at 21. Attempt 1 loads a checkpoint 22..25 and its first step is 1200:
