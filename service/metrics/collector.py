@@ -307,7 +307,10 @@ class AggregatorCollector(Collector):
                 unknown.add_metric(list(key), v)
             for (model, team), n in sorted(snap.stalled_jobs.items()):
                 stalled_jobs.add_metric([team, model], n)
-            for (model, team), v in sorted(self.stalled.exported.items()):
+            # At 0 for every model with held time, as the revisions: a panel over a fleet
+            # that never stalled draws zero, not "no data".
+            stalled_totals = dict.fromkeys(held_sums, 0.0) | self.stalled.exported
+            for (model, team), v in sorted(stalled_totals.items()):
                 stalled_gpu.add_metric([team, model], v)
             for window, levels in snap.ratios.items():
                 for level, values in levels.items():
