@@ -22,8 +22,8 @@ from ett_core.result import AttemptResult, JobResult
 from ett_core.segments import Segment, to_segments
 from ett_core.stalls import (
     AttemptStalls,
+    advances_of,
     attempt_stalls,
-    first_step,
     mark_stalled,
     snapshot_from_steps,
 )
@@ -119,15 +119,18 @@ def compute_job(
     attempts: list[AttemptResult] = []
     terms = []
     labelled = []
-    # Steps: each attempt's first step (for the snapshot of the one before), and stalls.
-    next_steps = [*(first_step(f) for f in frames[1:]), None][: len(frames)]
+    # Steps (ett_core.stalls): each attempt's advances; the first is its first step, which
+    # stands in for the checkpoint the attempt before it restarted from.
+    advances = [advances_of(f) for f in frames]
+    next_steps = [a[0][1] if a else None for a in [*advances[1:], []]][: len(frames)]
     stall_owner = taxonomy.stall_owner_of(team)
     stalls = []
-    for frame, next_step in zip(frames, next_steps, strict=True):
+    for frame, steps, next_step in zip(frames, advances, next_steps, strict=True):
         timeline = partition(frame, taxonomy, diag)
-        progress = snapshot_from_steps(frame, progress_of(frame, timeline, diag), next_step, diag)
+        progress = snapshot_from_steps(frame, progress_of(frame, timeline, diag), steps,
+                                       next_step, diag)
         pieces = label(frame, timeline, progress, taxonomy, team)
-        stalls.append(attempt_stalls(frame, taxonomy, diag))
+        stalls.append(attempt_stalls(frame, steps, taxonomy, diag))
         pieces = mark_stalled(frame, pieces, stalls[-1], stall_owner)
         labelled.append((timeline, pieces))
         own_terms = attempt_terms(frame, timeline, pieces)
