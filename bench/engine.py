@@ -4,8 +4,7 @@ The job is realistic in shape: 4 attempts, each with initialization phases, one 
 training phase holding nested checkpoint saves (with durable checkpoints), data stalls
 and recompiles, heartbeats carrying the step, a failure and a release, on 8 GPUs. Input
 is shuffled, with 2% duplicates, so ordering and de-duplication are part of the measured
-cost. The clock
-is read here, in the benchmark, never in the engine.
+cost. The clock is read here, in the benchmark, never in the engine.
 
     python -m bench --only engine
 
