@@ -44,6 +44,7 @@ HEARTBEAT_S = 0.5
 STALL_FLOOR_S = 4
 STALL_FACTOR = 3
 HANG_S = 10.0
+WAKE_UP_S = 0.1
 TRAINER = Path(__file__).with_name("stall_trainer.py")
 STALL_RULES = REPO / "deploy" / "prometheus" / "rules" / "job-stalls.rules.yaml"
 
@@ -149,7 +150,9 @@ def test_a_hang_is_stalled_time_and_pages_while_it_lasts(stack, tmp_path: Path) 
     print("\nstall figures:", json.dumps(figures))
     assert result["state"] == "completed"
     assert progress["threshold_seconds"] == max(STALL_FLOOR_S, STALL_FACTOR * median)
-    assert abs(stalled - (hang - median)) <= HEARTBEAT_S, figures
+    # Steps reach the service on heartbeats, so both ends of the gap are known to a
+    # heartbeat period; 0.1 s more for the thread's wake-ups on a loaded machine.
+    assert abs(stalled - (hang - median)) <= HEARTBEAT_S + WAKE_UP_S, figures
     assert result["owners"].get("reliability", 0.0) == pytest.approx(stalled)
     assert alert_at is not None and alert_at - hang_start < hang, figures
     # Once the job is done, nothing is stalled any more.
