@@ -132,16 +132,26 @@ up() {
   t=$(now)
   # postgres first, healthy, before `migrate` (podman-compose waits for service_healthy
   # only on podman >= 4.6; it does wait for service_completed_successfully).
-  compose up -d postgres >/dev/null 2>&1
+  # The compose file's order, carried out here: podman-compose waits for service_healthy
+  # only on podman >= 4.6, and podman 4.3 cannot start a container whose --requires chain
+  # is two deep ("depends on container ... not found in input list"), so each step is
+  # started with --no-deps once the previous one is healthy or done.
+  local log="$CACHE/compose-up.log"
+  : >"$log"
+  compose up -d postgres >>"$log" 2>&1 || { cat "$log" >&2; return 1; }
   wait_healthy "${PROJECT}_postgres_1" 120
-  compose up -d "${SERVICES[@]}" >/dev/null 2>&1
+  compose up -d --no-deps migrate >>"$log" 2>&1 || { cat "$log" >&2; return 1; }
   local code
-  code=$(podman inspect --format '{{.State.ExitCode}}' "${PROJECT}_migrate_1")
+  code=$(podman wait "${PROJECT}_migrate_1")
   if [ "$code" != 0 ]; then
-    podman logs "${PROJECT}_migrate_1" >&2
+    podman logs "${PROJECT}_migrate_1" 2>&1 | tail -30 >&2
     return 1
   fi
+  local rest=() s
+  for s in "${SERVICES[@]}"; do [ "$s" = migrate ] || rest+=("$s"); done
+  compose up -d --no-deps "${rest[@]}" >>"$log" 2>&1 || { cat "$log" >&2; return 1; }
   wait_healthy "${PROJECT}_api_1" 120
+  wait_healthy "${PROJECT}_aggregator_1" 120
   timing stack_up "$t"
 }
 

@@ -73,7 +73,8 @@ def stack() -> dict[str, float]:
 def _post(events: list[dict]) -> None:
     r = httpx.post(API + "/v1/events", json={"events": events},
                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-    assert r.status_code == 200, r.text
+    assert r.status_code == 202, r.text
+    assert r.json()["accepted"] == len(events), r.text
 
 
 def _query(expr: str) -> list[dict]:
@@ -94,6 +95,11 @@ def _wait(what: str, predicate, timeout_s: float) -> float:
             return time.monotonic() - start
         time.sleep(2)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _jobs_up() -> set[str]:
+    targets = httpx.get(PROMETHEUS + "/api/v1/targets", timeout=10).json()["data"]
+    return {t["labels"]["job"] for t in targets["activeTargets"] if t["health"] == "up"}
 
 
 def _regressed_job(base: datetime) -> list[dict]:
@@ -129,9 +135,8 @@ def test_the_stack_scrapes_the_fleet_and_pages_the_owning_team(stack) -> None:
     assert by_component["effective_training"] == 90 * GPU_MIN
     assert by_component["compilation"] == 15 * GPU_MIN
     assert sum(by_component.values()) == 160 * GPU_MIN
-    targets = httpx.get(PROMETHEUS + "/api/v1/targets", timeout=10).json()["data"]
-    assert {t["labels"]["job"] for t in targets["activeTargets"]
-            if t["health"] == "up"} >= {"ett-api", "ett-aggregator"}
+    # The API replicas are found by DNS every 30s (deploy/compose/prometheus.yml).
+    _wait("both ETT scrape jobs up", lambda: _jobs_up() >= {"ett-api", "ett-aggregator"}, 90)
 
     # The regression: the next job of the model spends most of its time compiling. The
     # counters' increase is what the burn-rate rules read.

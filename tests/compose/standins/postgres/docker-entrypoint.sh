@@ -12,8 +12,10 @@ fi
 user="${POSTGRES_USER:-postgres}"
 db="${POSTGRES_DB:-$user}"
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  # UTF-8 like the official image (LANG=en_US.utf8 there): this minimal image has no
+  # locales, and without one initdb picks SQL_ASCII, which clients read as bytes.
   initdb --username="$user" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") \
-    --auth-local=trust --auth-host=scram-sha-256 -D "$PGDATA" >/dev/null
+    --encoding=UTF8 --locale=C.UTF-8 --auth-local=trust --auth-host=scram-sha-256 -D "$PGDATA" >/dev/null
   echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
   pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
   if [ "$db" != postgres ]; then
