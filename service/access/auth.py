@@ -47,6 +47,11 @@ class Principal:
             return False
         return any(fnmatchcase(model, pattern) for pattern in self.model_patterns)
 
+    @property
+    def default_team(self) -> str | None:
+        """A writer token made with a team gives it to the events that name none."""
+        return self.team if self.role == "writer" else None
+
     def may_read(self) -> bool:
         return self.role in ROLES
 

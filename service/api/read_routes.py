@@ -88,7 +88,8 @@ def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
         rows = q.window_rows(conn, start, end, [key] if key else [],
                              {"model": model, "team": team})
         groups = summarise(rows, key)
-        note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team)
+        note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team,
+                                                                           start, end)
     if key is None:
         out = [group_to_wire(None, groups.get(None))]
     else:
