@@ -2,9 +2,9 @@
 
 The job is realistic in shape: 4 attempts, each with initialization phases, one long
 training phase holding nested checkpoint saves (with durable checkpoints), data stalls
-and recompiles, heartbeats, a failure and a release, on 8 GPUs. Input is shuffled, with
-2% duplicates, so ordering and de-duplication are part of the measured cost. The clock
-is read here, in the benchmark, never in the engine.
+and recompiles, heartbeats carrying the step, a failure and a release, on 8 GPUs. Input
+is shuffled, with 2% duplicates, so ordering and de-duplication are part of the measured
+cost. The clock is read here, in the benchmark, never in the engine.
 
     python -m bench --only engine
 
@@ -67,7 +67,9 @@ def make_job(n_events: int, seed: int = 1) -> tuple[list[Event], int]:
                 t += rnd.randint(1, 30) * SECOND
                 emit("phase_end", attempt, phase=phase)
             else:
-                emit("heartbeat", attempt)
+                # Heartbeats carry the step, as the SDK's heartbeat thread sends it: the
+                # engine reads it for stalls (docs/model.md section 24).
+                emit("heartbeat", attempt, attrs={"step": len(events)})
         t += 30 * SECOND
         if attempt < 3:
             emit("failure", attempt, attrs={"cause": "infra"})

@@ -126,6 +126,21 @@ def _live() -> list[PanelBuilder]:
                     'model=~"$model"}[$__rate_interval])) * 3600) or on() vector(0)',
                     "{{model}}")],
             "suffix: GPU-h/h", w=12, stacked=True),
+        # Stalls (docs/model.md section 24): held GPUs whose steps did not advance.
+        timeseries_panel(
+            "Stalled GPU-hours by model",
+            "GPU-hours per hour held while a job's optimizer step did not advance for longer "
+            "than its stall threshold (hung collectives, dead data loaders): wasted training "
+            "owned by reliability. EttJobStalled pages while one is going on.",
+            [promql(f"(sum by (model) (rate(ett_stalled_gpu_seconds_total{{{SEL}}}"
+                    "[$__rate_interval])) * 3600) or on() vector(0)", "{{model}}")],
+            "suffix: GPU-h/h", w=12, stacked=True),
+        timeseries_panel(
+            "Jobs stalled now, by team",
+            "Running jobs whose steps stopped advancing for longer than their threshold, per "
+            "model team.",
+            [promql(f"sum by (team) (ett_stalled_jobs{{{SEL}}})", "{{team}}")],
+            "none", w=12, stacked=True),
     ]
 
 

@@ -141,6 +141,15 @@ def _live() -> list[PanelBuilder]:
                 GROUP BY component
                 ORDER BY 2 DESC""")],
             RATIO, ds=SQL, w=8),
+        timeseries_panel(
+            "Stalled GPU-hours",
+            "GPU-hours per hour $model's jobs held while their steps did not advance for longer "
+            "than their stall threshold (docs/model.md section 24), and how many jobs are "
+            "stalled now.",
+            [promql(f"(sum(rate(ett_stalled_gpu_seconds_total{{{M}}}[$__rate_interval])) * 3600)"
+                    " or on() vector(0)", "stalled GPU-h/h"),
+             promql(f"sum(ett_stalled_jobs{{{M}}})", "jobs stalled now", ref_id="B")],
+            "none", w=24),
     ]
 
 

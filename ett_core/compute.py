@@ -20,6 +20,13 @@ from ett_core.level1 import attempt_terms, combine
 from ett_core.progress import label, progress_of
 from ett_core.result import AttemptResult, JobResult
 from ett_core.segments import Segment, to_segments
+from ett_core.stalls import (
+    AttemptStalls,
+    advances_of,
+    attempt_stalls,
+    mark_stalled,
+    snapshot_from_steps,
+)
 from ett_core.taxonomy import COMPONENTS, EFFECTIVE, UNASSIGNED_TEAM, Taxonomy
 from ett_core.timeline import partition
 
@@ -30,6 +37,8 @@ class JobComputation:
     segments: tuple[Segment, ...]
     # Per attempt, what checkpoint advice needs (ett_core.checkpoints).
     checkpoints: tuple[AttemptCheckpoints, ...] = ()
+    # Per attempt, progress by steps and its stalls (ett_core.stalls).
+    stalls: tuple[AttemptStalls, ...] = ()
 
 
 _PHASE_TYPES = frozenset(("phase_start", "phase_end"))
@@ -110,9 +119,19 @@ def compute_job(
     attempts: list[AttemptResult] = []
     terms = []
     labelled = []
-    for frame in frames:
+    # Steps (ett_core.stalls): each attempt's advances; the first is its first step, which
+    # stands in for the checkpoint the attempt before it restarted from.
+    advances = [advances_of(f) for f in frames]
+    next_steps = [a[0][1] if a else None for a in [*advances[1:], []]][: len(frames)]
+    stall_owner = taxonomy.stall_owner_of(team)
+    stalls = []
+    for frame, steps, next_step in zip(frames, advances, next_steps, strict=True):
         timeline = partition(frame, taxonomy, diag)
-        pieces = label(frame, timeline, progress_of(frame, timeline, diag), taxonomy, team)
+        progress = snapshot_from_steps(frame, progress_of(frame, timeline, diag), steps,
+                                       next_step, diag)
+        pieces = label(frame, timeline, progress, taxonomy, team)
+        stalls.append(attempt_stalls(frame, steps, taxonomy, diag))
+        pieces = mark_stalled(frame, pieces, stalls[-1], stall_owner)
         labelled.append((timeline, pieces))
         own_terms = attempt_terms(frame, timeline, pieces)
         terms.append(own_terms)
@@ -152,8 +171,11 @@ def compute_job(
         owners=MappingProxyType(dict(owners)),
         level1=level1,
         diagnostics=diag.freeze(),
+        stalls=tuple(stalls),
     )
-    return JobComputation(result=result, segments=tuple(segments), checkpoints=checkpoints)
+    return JobComputation(
+        result=result, segments=tuple(segments), checkpoints=checkpoints, stalls=tuple(stalls)
+    )
 
 
 def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment]) -> AttemptResult:

@@ -33,6 +33,11 @@ class Diagnostics:
     checkpoints_after_failure: int = 0
     gpus_defaulted_attempts: tuple[int, ...] = ()
     inferred_end_attempts: tuple[int, ...] = ()
+    # Steps (ett_core.stalls): attempts with steps but too few advances for stall
+    # detection, and interrupted attempts whose snapshot was inferred from the next
+    # attempt's first step.
+    few_advances_attempts: tuple[int, ...] = ()
+    snapshot_from_steps: tuple[int, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -54,6 +59,8 @@ class DiagnosticsBuilder:
     unknown_phase_names: set[str] = field(default_factory=set)
     gpus_defaulted_attempts: list[int] = field(default_factory=list)
     inferred_end_attempts: list[int] = field(default_factory=list)
+    few_advances_attempts: list[int] = field(default_factory=list)
+    snapshot_from_steps: list[int] = field(default_factory=list)
 
     def add(self, counter: str, amount: int = 1) -> None:
         if counter not in _COUNTERS:
@@ -70,4 +77,6 @@ class DiagnosticsBuilder:
             unknown_phase_names=tuple(sorted(self.unknown_phase_names)),
             gpus_defaulted_attempts=tuple(sorted(self.gpus_defaulted_attempts)),
             inferred_end_attempts=tuple(sorted(self.inferred_end_attempts)),
+            few_advances_attempts=tuple(sorted(self.few_advances_attempts)),
+            snapshot_from_steps=tuple(sorted(self.snapshot_from_steps)),
         )

@@ -47,9 +47,10 @@ TYPE_RANK = {
 _UNKNOWN_TYPE_RANK = len(TYPE_RANK)
 
 
-# The only event types whose attrs the engine reads (failure cause, release reason,
-# background phases, checkpoint snapshot_ts). A loader may leave out the attrs of every
-# other type, such as the step counter on each heartbeat: the result cannot change
+# The only event types whose attrs the engine reads in full (failure cause, release reason,
+# background phases, checkpoint snapshot_ts). Of every other type it reads only the step
+# counter of rank 0 (ett_core.stalls.STEP_ATTR): a loader may leave out the rest, such as
+# the loss on each heartbeat, and the result cannot change
 # (tests/engine/test_engine_properties.py holds the engine to it).
 ATTRS_READ = frozenset({"failure", "released", "phase_start", "checkpoint"})
 

@@ -9,6 +9,7 @@ from typing import Any
 from ett_core.diagnostics import Diagnostics
 from ett_core.instants import format_rfc3339_us, us_to_seconds
 from ett_core.level1 import TERMS, Level1
+from ett_core.stalls import AttemptStalls
 from ett_core.taxonomy import COMPONENTS
 
 
@@ -55,6 +56,13 @@ class JobResult:
     owners: Mapping[str, int]  # owners that own time, sums to held_us
     level1: Level1
     diagnostics: Diagnostics
+    # Attempts' progress by steps (ett_core.stalls); empty for a job without steps.
+    stalls: tuple[AttemptStalls, ...] = ()
+
+    @property
+    def stalled_since_us(self) -> int | None:
+        """Start of the stall going on now (the last attempt open and stalled), else None."""
+        return self.stalls[-1].stalled_since_us if self.stalls else None
 
     @property
     def ett_ratio(self) -> float | None:
@@ -91,4 +99,6 @@ class JobResult:
                 },
             },
             "diagnostics": self.diagnostics.to_wire(),
+            # Attempts that reported steps: their advances, threshold and any stall now.
+            "progress": [a.to_wire() for a in self.stalls if a.advances],
         }

@@ -27,10 +27,11 @@ UNATTRIBUTED = "unattributed"
 CAUSES = ("infra", "user", "preemption", "lost")
 LOST_PROGRESS = "lost_progress"
 CHECKPOINT_SAVE = "checkpoint_save"
+STALLED = "stalled"
 UNASSIGNED_TEAM = "unassigned"
 # Derived phase names the engine writes itself; a trainer reporting them would make
 # reported and derived time indistinguishable.
-RESERVED_PHASES = (LOST_PROGRESS, UNATTRIBUTED)
+RESERVED_PHASES = (LOST_PROGRESS, UNATTRIBUTED, STALLED)
 
 # docs/model.md section 2, as data. An owner of None means "the model's own team".
 DEFAULT_MAPPING: Mapping[str, Any] = {
@@ -68,7 +69,13 @@ DEFAULT_MAPPING: Mapping[str, Any] = {
         "preemption": "scheduler",
     },
     "models": {},
+    # Stalls (ett_core.stalls): threshold max(stall_floor seconds, stall_factor x median step
+    # interval); `stall_owner` owns stalled time (null: the model's team).
+    "stall_floor": 300,
+    "stall_factor": 5,
+    "stall_owner": "reliability",
 }
+_STALL_KEYS = ("stall_floor", "stall_factor", "stall_owner")
 
 Path = tuple[str | int, ...]
 
@@ -97,6 +104,9 @@ class Taxonomy:
     phase_owner: Mapping[str, str | None]
     lost_progress_owner: Mapping[str, str | None]
     model_team: Mapping[str, str]
+    stall_floor_us: int = 300_000_000
+    stall_factor: float = 5.0
+    stall_owner: str | None = "reliability"
 
     @classmethod
     def default(cls) -> Taxonomy:
@@ -125,6 +135,9 @@ class Taxonomy:
 
     def team_of_model(self, model: str) -> str | None:
         return self.model_team.get(model)
+
+    def stall_owner_of(self, model_team: str) -> str:
+        return model_team if self.stall_owner is None else self.stall_owner
 
 
 def _expect_mapping(value: object, path: Path) -> Mapping[Any, Any]:
@@ -164,7 +177,9 @@ def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], path: Path) -
 
 def _parse(data: object) -> Taxonomy:
     top = _expect_mapping(data, ())
-    _check_keys(top, ("components", "phase_owners", "lost_progress_owners", "models"), ())
+    _check_keys(
+        top, ("components", "phase_owners", "lost_progress_owners", "models", *_STALL_KEYS), ()
+    )
     if "components" not in top:
         raise TaxonomyError("missing key 'components'", ())
     components = _expect_mapping(top["components"], ("components",))
@@ -232,4 +247,24 @@ def _parse(data: object) -> Taxonomy:
         phase_owner=MappingProxyType(phase_owner),
         lost_progress_owner=MappingProxyType(lost_owner),
         model_team=MappingProxyType(model_team),
+        **_stall_settings(top),
     )
+
+
+def _positive_number(value: object, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise TaxonomyError(f"wrong type: expected a positive number, got {value!r}", (key,))
+    if value == float("inf"):
+        raise TaxonomyError(f"expected a finite number, got {value!r}", (key,))
+    return float(value)
+
+
+def _stall_settings(top: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if top.get("stall_floor") is not None:
+        out["stall_floor_us"] = round(_positive_number(top["stall_floor"], "stall_floor") * 1e6)
+    if top.get("stall_factor") is not None:
+        out["stall_factor"] = _positive_number(top["stall_factor"], "stall_factor")
+    if "stall_owner" in top:
+        out["stall_owner"] = _expect_name(top["stall_owner"], ("stall_owner",), nullable=True)
+    return out

@@ -28,6 +28,7 @@ from service.slo.model import (
     parse_duration,
     scale_window,
 )
+from service.slo.stalls import DEFAULT_STALL_OWNER, STALL_RULES_FILE, stall_rule_file
 
 HELD = "ett_held_gpu_seconds_total"
 SETTLED = "ett_settled_gpu_seconds_total"
@@ -282,8 +283,9 @@ def _quarantine_rule(slo: Slo, spec: SloSpec) -> dict[str, Any]:
     }
 
 
-def render_rule_files(spec: SloSpec, window_scale: float = 1.0,
-                      min_window_s: int = 60) -> dict[str, dict[str, Any]]:
+def render_rule_files(spec: SloSpec, window_scale: float = 1.0, min_window_s: int = 60,
+                      stall_owner: str | None = DEFAULT_STALL_OWNER
+                      ) -> dict[str, dict[str, Any]]:
     """One Prometheus rule file per SLO: {'<slo>.rules.yaml': {'groups': [...]}}.
 
     ``window_scale`` < 1 shortens every window (floored at ``min_window_s``) and the absent
@@ -301,6 +303,8 @@ def render_rule_files(spec: SloSpec, window_scale: float = 1.0,
         rules = _recording_rules(slo, windows) + _alerting_rules(slo, scaled, windows)
         files[f"{slo.name}.rules.yaml"] = {"groups": [{"name": f"ett-slo-{slo.name}",
                                                        "rules": rules}]}
+    # Job-level alerts, not SLOs: they ride with the SLO files (service/slo/stalls.py).
+    files[STALL_RULES_FILE] = stall_rule_file(spec.runbook_base_url, stall_owner)
     return files
 
 

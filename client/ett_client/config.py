@@ -50,6 +50,9 @@ class Settings:
     exit_timeout_s: float = 3.0
     spool_max_bytes: int = 512 << 20
     rescan_interval_s: float = 30.0
+    # Seconds between the heartbeat thread's heartbeats (ett_client.beat), from allocated()
+    # to the release; 0: no thread (heartbeats only when the script calls heartbeat()).
+    heartbeat_s: float = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -69,6 +72,16 @@ def _int_env(env: Mapping[str, str], name: str) -> int | None:
         return int(raw)
     except ValueError as exc:
         raise ConfigurationError(f"{name}={raw!r} is not an integer") from exc
+
+
+def _heartbeat_env(raw: str) -> float:
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ConfigurationError(f"ETT_HEARTBEAT_S must be seconds >= 0, got {raw!r}")
+    return seconds
 
 
 def resolve_attempt(env: Mapping[str, str]) -> int:
@@ -135,6 +148,8 @@ def resolve(
     rank = _int_env(env, "RANK") or 0
     if spool_dir is None:
         spool_dir = env.get("ETT_SPOOL_DIR") or default_spool_dir(job_id, env)
+    if "heartbeat_s" not in tuning and env.get("ETT_HEARTBEAT_S"):
+        tuning = {**tuning, "heartbeat_s": _heartbeat_env(env["ETT_HEARTBEAT_S"])}
     cause = sigterm_cause or env.get("ETT_SIGTERM_CAUSE") or "preemption"
     if cause not in FAILURE_CAUSES:
         raise ConfigurationError(f"sigterm_cause must be one of {FAILURE_CAUSES}, got {cause!r}")

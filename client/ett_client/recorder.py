@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from ett_client import config, events
+from ett_client.beat import HeartbeatThread
 from ett_client.clock import AnchoredClock, format_rfc3339_us, to_epoch_us
 from ett_client.errors import EttClientError, guarded, logger, warn_once
 from ett_client.hooks import ProcessHooks, register_fork_handler
@@ -86,6 +87,10 @@ class Recorder:
         self._fatal_recorded = False
         self._hooks: ProcessHooks | None = None
         self._pipeline: Pipeline | None = None
+        self._beat: HeartbeatThread | None = None
+        # The training loop's latest optimizer step (Recorder.step); the heartbeat thread
+        # sends it.
+        self.latest_step: int | None = None
         self.settings: config.Settings | None = None
         try:
             unknown = set(tuning) - _TUNING
@@ -194,6 +199,35 @@ class Recorder:
             except events.InvalidEventError as exc:
                 return self._reject(exc)
         self._emit("allocated", gpus=count, attrs=attrs)
+        assert self.settings is not None
+        if self.settings.heartbeat_s > 0:
+            self.start_heartbeat(self.settings.heartbeat_s)
+
+    def step(self, step: int) -> None:
+        """The optimizer step the loop reached: stored only, the heartbeat thread sends it.
+
+        The cheapest call of the API (one attribute store, no validation, no event), so it
+        can run on every step; an invalid value is rejected when a heartbeat carries it.
+        """
+        self.latest_step = step
+
+    @guarded()
+    def start_heartbeat(self, interval_s: float) -> None:
+        """Send a heartbeat with the latest step every `interval_s` seconds from a thread of
+        its own, until the release, a failure or close (a second call keeps the first
+        thread). A loop that hangs then shows as stalled, not silent."""
+        if not self._on or (self._beat is not None and self._beat.alive):
+            return
+        try:
+            self._beat = HeartbeatThread(self, interval_s)
+        except ValueError as exc:
+            return self._reject(events.InvalidEventError(str(exc)))
+        self._beat.start()
+
+    def _stop_heartbeat(self) -> None:
+        beat, self._beat = self._beat, None
+        if beat is not None:
+            beat.stop()
 
     @guarded()
     def released(self, reason: str = "completed") -> None:
@@ -204,6 +238,7 @@ class Recorder:
             reason = events.check_release_reason(reason)
         except EttClientError as exc:
             return self._reject(exc)
+        self._stop_heartbeat()
         self._emit("released", attrs={"reason": reason})
 
     def phase(self, name: str, background: bool = False) -> _PhaseScope:
@@ -268,6 +303,7 @@ class Recorder:
             attrs["reason"] = events.clip_reason(reason)
         # The first failure ends the attempt's work; the exit hooks must not add another.
         self._fatal_recorded = True
+        self._stop_heartbeat()
         self._emit("failure", attrs=attrs)
 
     @guarded()
@@ -301,6 +337,7 @@ class Recorder:
             return True
         self._closed = True
         self._on = False
+        self._stop_heartbeat()
         if self._hooks is not None:
             self._hooks.uninstall()
         if self._pipeline is None:

@@ -18,24 +18,30 @@ from service.alerts import (
 )
 from service.slo.load import check_teams_known, load_slo_spec, load_teams
 from service.slo.model import SpecError, parse_duration
+from service.taxonomy import TaxonomyError, load_taxonomy
 
 DEFAULT_SPEC = Path("deploy/slo.yaml")
 DEFAULT_TEAMS = Path("deploy/teams.yaml")
+DEFAULT_TAXONOMY = Path("deploy/taxonomy.yaml")
 DEFAULT_RULES_DIR = Path("deploy/prometheus/rules")
 DEFAULT_ALERTMANAGER = Path("deploy/alertmanager/alertmanager.yml")
 RULES_SUFFIX = ".rules.yaml"
 
 
 def rule_texts(spec_path: Path, teams_path: Path | None, window_scale: float = 1.0,
-               min_window_s: int = 60) -> dict[str, str]:
+               min_window_s: int = 60, taxonomy_path: Path | None = None) -> dict[str, str]:
     """File name -> exact text `ett rules` writes (the golden test uses this too)."""
     spec = load_slo_spec(spec_path)
+    # The stall alert pages the taxonomy's stall owner (the default one without a file).
+    stall = {} if taxonomy_path is None else {
+        "stall_owner": load_taxonomy(taxonomy_path).stall_owner}
     if teams_path is not None:
         check_teams_known(spec, load_teams(teams_path), source=str(spec_path))
     header = GENERATED_HEADER
     if window_scale != 1.0:
         header += f"# Windows scaled by {window_scale:g} for an end-to-end test, not production.\n"
-    files = render_rule_files(spec, window_scale=window_scale, min_window_s=min_window_s)
+    files = render_rule_files(spec, window_scale=window_scale, min_window_s=min_window_s,
+                              **stall)
     return {name: dump_yaml(doc, header) for name, doc in files.items()}
 
 
@@ -63,8 +69,9 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     try:
         texts = rule_texts(args.spec, None if args.no_teams_check else args.teams,
                            window_scale=args.window_scale,
-                           min_window_s=parse_duration(args.min_window))
-    except (SpecError, ValueError) as exc:
+                           min_window_s=parse_duration(args.min_window),
+                           taxonomy_path=args.taxonomy)
+    except (SpecError, TaxonomyError, ValueError) as exc:
         print(f"ett rules: {exc}", file=sys.stderr)
         return 1
     existing = {p.name for p in out_dir.glob(f"*{RULES_SUFFIX}")} if out_dir.is_dir() else set()
@@ -121,6 +128,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "(e.g. 0.0167: 1h -> 1m) for end-to-end tests; thresholds stay")
     rules.add_argument("--min-window", default="1m",
                        help="floor for scaled windows (rate() needs several scrapes)")
+    rules.add_argument("--taxonomy", type=Path, default=DEFAULT_TAXONOMY,
+                       help="its stall_owner is the team EttJobStalled pages")
     rules.add_argument("--check", action="store_true",
                        help="write nothing; exit 1 when the files differ from the spec")
     rules.set_defaults(func=_cmd_rules)

@@ -1,5 +1,6 @@
 """One job's timeline as SVG geometry: a lane per attempt, a bar per phase coloured by its
-component, failures and durable checkpoints marked, lost progress shaded.
+component, failures and durable checkpoints marked, lost progress shaded, stalls (time a
+job held its GPUs while its steps did not advance) dotted.
 
 Drawn on the server (the template writes the shapes): it is a handful of rectangles, and
 it then needs no script and prints as it shows.
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ett_core.taxonomy import COMPONENTS
+from ett_core.taxonomy import COMPONENTS, STALLED
 
 from .formats import seconds as _span
 
@@ -52,6 +53,7 @@ class Bar:
     lost: bool
     settled: bool
     title: str
+    stalled: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
                 x=x_of(seg["start_at"]), w=max(round(secs * scale, 2), 0.5),
                 colour=COLOURS.get(seg["component"], COLOURS["unattributed"]),
                 component=seg["component"], phase=seg["phase"], lost=lost,
-                settled=seg["settled"],
+                settled=seg["settled"], stalled=seg["phase"] == STALLED,
                 title=f"{seg['phase']} ({seg['component']}{at_risk}): {_span(secs)} from "
                       f"{_instant(seg['start_at'])}"))
         lane_marks = []

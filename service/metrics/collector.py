@@ -86,6 +86,7 @@ class AggregatorCollector(Collector):
         self.failures = MonotonicCounters()
         self.histograms = MonotonicCounters()
         self.unknown = MonotonicCounters()
+        self.stalled = MonotonicCounters()
         self._restored = False
 
     # -- refresh (called by the aggregator after each pass) --------------------------------
@@ -129,6 +130,7 @@ class AggregatorCollector(Collector):
                                              _decode(row[0].get("revisions", [])))
             self.failures = MonotonicCounters(_decode(row[0].get("failures", [])))
             self.histograms = MonotonicCounters(_decode(row[0].get("histograms", [])))
+            self.stalled = MonotonicCounters(_decode(row[0].get("stalled", [])))
         self._restored = True
 
     def _persist(self) -> None:
@@ -137,6 +139,7 @@ class AggregatorCollector(Collector):
             "revisions": _encode(self.settled.revised),
             "failures": _encode(self.failures.exported),
             "histograms": _encode(self.histograms.exported),
+            "stalled": _encode(self.stalled.exported),
         }
         with self.engine.begin() as conn:
             conn.execute(
@@ -167,6 +170,7 @@ class AggregatorCollector(Collector):
             self.settled.update(snap.settled_gpu_seconds, revision_key=1)
             self.failures.update({k: float(v) for k, v in snap.failures.items()})
             self.unknown.update({k: float(v) for k, v in snap.unknown_phase_events.items()})
+            self.stalled.update(snap.stalled_gpu_seconds)
             flat: dict[Key, float] = {}
             for (team,), counts in snap.tts_buckets.items():
                 for i, c in enumerate(counts):
@@ -263,6 +267,16 @@ class AggregatorCollector(Collector):
             "Phase events whose phase the taxonomy does not know (time goes to unattributed).",
             labels=["model"],
         )
+        stalled_jobs = GaugeMetricFamily(
+            "ett_stalled_jobs",
+            "Running jobs whose steps stopped advancing for longer than their stall threshold.",
+            labels=["team", "model"],
+        )
+        stalled_gpu = CounterMetricFamily(
+            "ett_stalled_gpu_seconds",
+            "GPU-seconds held while the job's steps did not advance (phase stalled).",
+            labels=["team", "model"],
+        )
         ratio_families = {
             (level, window): GaugeMetricFamily(
                 f"ett_{level}_ett_ratio_{window}",
@@ -302,6 +316,13 @@ class AggregatorCollector(Collector):
                 failures.add_metric(list(key), v)
             for key, v in sorted(self.unknown.exported.items()):
                 unknown.add_metric(list(key), v)
+            for (model, team), n in sorted(snap.stalled_jobs.items()):
+                stalled_jobs.add_metric([team, model], n)
+            # At 0 for every model with held time, as the revisions: a panel over a fleet
+            # that never stalled draws zero, not "no data".
+            stalled_totals = dict.fromkeys(held_sums, 0.0) | self.stalled.exported
+            for (model, team), v in sorted(stalled_totals.items()):
+                stalled_gpu.add_metric([team, model], v)
             for window, levels in snap.ratios.items():
                 for level, values in levels.items():
                     fam = ratio_families[(level, window)]
@@ -316,6 +337,8 @@ class AggregatorCollector(Collector):
         yield running
         yield failures
         yield unknown
+        yield stalled_jobs
+        yield stalled_gpu
         yield from ratio_families.values()
         yield tts
         yield ttr

@@ -110,6 +110,8 @@ def fold_models(snap: Snapshot, kept: set[tuple[str, str]]) -> None:
     snap.at_risk_gpu_seconds = _fold(snap.at_risk_gpu_seconds, pair)
     snap.jobs_running = _fold(snap.jobs_running, pair)
     snap.failures = _fold(snap.failures, pair)
+    snap.stalled_jobs = _fold(snap.stalled_jobs, pair)
+    snap.stalled_gpu_seconds = _fold(snap.stalled_gpu_seconds, pair)
     snap.unknown_phase_events = _fold(
         snap.unknown_phase_events, lambda k: k if k[0] in kept_names else (OTHER,))
     for levels in snap.ratios.values():

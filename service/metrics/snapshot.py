@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, text
 
+from ett_core.taxonomy import STALLED
 from service.store import queries as q
 
 RATIO_WINDOWS = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
@@ -36,6 +37,9 @@ class Snapshot:
     tts_sum: dict[Key, float] = field(default_factory=dict)
     ttr_buckets: dict[Key, list[int]] = field(default_factory=dict)  # team, cause
     ttr_sum: dict[Key, float] = field(default_factory=dict)
+    # Stalls: open jobs stalled now, and settled stalled GPU-seconds (model, team).
+    stalled_jobs: dict[Key, int] = field(default_factory=dict)
+    stalled_gpu_seconds: dict[Key, float] = field(default_factory=dict)
     # Per team, how many models' series were summed into model="other" (metrics/folding.py).
     folded_models: dict[str, int] = field(default_factory=dict)
     # How many teams' series were summed into team="other" (metrics/folding.py).
@@ -98,6 +102,9 @@ def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
         _zero(snap.tts_buckets, snap.tts_sum, (team,))
         for cause in CAUSES:
             _zero(snap.ttr_buckets, snap.ttr_sum, (team, cause))
+    # Every (model, team) with a running job has a stalled count, 0 when none is stalled.
+    snap.stalled_jobs = {key: 0 for key in snap.jobs_running} | q.stalled_jobs(conn)
+    snap.stalled_gpu_seconds = {k: v / 1e6 for k, v in q.stalled_gpu_us(conn, STALLED).items()}
     for name, width in RATIO_WINDOWS.items():
         rows = q.window_rows(conn, now - width, now, ["model", "team"])
         levels: dict[str, dict[Key, list[int]]] = {

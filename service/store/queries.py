@@ -123,3 +123,25 @@ def job_has_events(conn: Connection, job_id: str) -> bool:
 def models_and_teams(conn: Connection) -> list[tuple[str, str]]:
     rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
     return [(r[0], r[1]) for r in rows]
+
+
+# Stalls (docs/model.md section 24) for /metrics: jobs with a stall going on now (the
+# latest result of an open job says since when), and stalled GPU-time settled so far.
+_STALLED_NOW = "$.progress[*] ? (@.stalled_since != null)"
+
+
+def stalled_jobs(conn: Connection) -> dict[tuple[str, str], int]:
+    """Open jobs stalled now, by (model, team)."""
+    rows = conn.execute(text(
+        "SELECT model, team, count(*) FROM jobs"
+        " WHERE open AND jsonb_path_exists(result, CAST(:path AS jsonpath))"
+        " GROUP BY model, team"), {"path": _STALLED_NOW})
+    return {(model, team): n for model, team, n in rows}
+
+
+def stalled_gpu_us(conn: Connection, phase: str) -> dict[tuple[str, str], int]:
+    """Settled GPU-microseconds of the derived phase `phase`, by (model, team), all time."""
+    rows = conn.execute(text(
+        "SELECT model, team, sum(settled_gpu_us)::bigint FROM fleet_daily"
+        " WHERE phase = :phase GROUP BY model, team"), {"phase": phase})
+    return {(model, team): int(gpu_us) for model, team, gpu_us in rows}

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, text
 from ett_core import Event
 from ett_core.events import ATTRS_READ, NO_ATTRS
 from ett_core.instants import HOUR_US
+from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
 from .result_rows import JobRows, RollupKey, RowFormatter
@@ -120,12 +121,14 @@ def dirty_seqs(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]
 
 
 _JOB_ID = itemgetter(2)
-# Attrs only where the engine reads them: most events are heartbeats, whose step counter
-# would be decoded for nothing.
+# Attrs only where the engine reads them: most events are heartbeats, whose only attr the
+# engine reads is the step counter (rank 0's), so the rest of their attrs is never decoded.
 _LOAD_EVENTS = f"""
     SELECT event_id::text, (extract(epoch FROM ts) * 1000000)::bigint, job_id, attempt,
            model, type, phase, gpus, team, rank,
-           CASE WHEN type IN ({", ".join(f"'{t}'" for t in sorted(ATTRS_READ))}) THEN attrs END
+           CASE WHEN type IN ({", ".join(f"'{t}'" for t in sorted(ATTRS_READ))}) THEN attrs
+                WHEN attrs ? '{STEP_ATTR}' AND coalesce(rank, 0) = 0
+                THEN jsonb_build_object('{STEP_ATTR}', attrs -> '{STEP_ATTR}') END
     FROM events WHERE job_id = ANY(%(ids)s) ORDER BY job_id, ts
 """
 

@@ -17,7 +17,7 @@ import yaml
 
 from service.errors import ConfigError
 
-FIELDS = ("job_id", "attempt", "model", "gpus", "team", "rank", "phase", "cause")
+FIELDS = ("job_id", "attempt", "model", "gpus", "team", "rank", "phase", "cause", "step")
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,9 @@ def events_of(spans: Iterable[SpanRecord], mapping: SpanMapping) -> SpanEvents:
                                                             base["job_id"], base["attempt"]),
                                        "ts": ts, "type": etype, **base, **(extra or {})}))
 
+        # The optimizer step the span ended at (docs/model.md section 24): on its end event.
+        step = _int_attr(mapping.value(attrs, "step"))
+        step_at_end = {} if step is None else {"attrs": {"step": step}}
         failure = {"cause": mapping.value(attrs, "cause") or "infra"}
         if span.status_message:
             failure["reason"] = span.status_message[:500]
@@ -104,11 +107,12 @@ def events_of(spans: Iterable[SpanRecord], mapping: SpanMapping) -> SpanEvents:
             if span.error:
                 add("failure", end, "failure", {"attrs": failure})
             add("released", end, "released",
-                {"attrs": {"reason": "failed" if span.error else "completed"}})
+                {"attrs": {"reason": "failed" if span.error else "completed",
+                           **step_at_end.get("attrs", {})}})
             continue
         add("start", start, "phase_start",
             {"phase": rule.phase, **({"attrs": {"background": True}} if rule.background else {})})
-        add("end", end, "phase_end", {"phase": rule.phase})
+        add("end", end, "phase_end", {"phase": rule.phase, **step_at_end})
         if rule.checkpoint and not span.error:
             add("checkpoint", end, "checkpoint", {"attrs": {"snapshot_ts": start}})
         if span.error:

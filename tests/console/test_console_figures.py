@@ -76,6 +76,18 @@ def test_ticks_stay_inside_the_drawing_at_any_job_length(span_s: float, offset_s
     assert all(LABEL_W - 0.01 <= k["x"] <= WIDTH - 10 + 0.01 for k in t["ticks"])
 
 
+def test_a_stall_is_a_dotted_bar_of_its_own_inside_training() -> None:
+    # docs/model.md section 24, the first worked example: training 0-61, stalled 61-90,
+    # training 90-120.
+    segments = [seg(0, 0, 61), seg(0, 61, 90, "stalled", "wasted_training"), seg(0, 90, 120)]
+    (lane,) = layout([{"attempt": 0, "end_cause": "completed"}], segments, [])["lanes"]
+    assert [(b.phase, b.stalled, b.lost) for b in lane.bars] == [
+        ("training", False, False), ("stalled", True, False), ("training", False, False)]
+    scale = (WIDTH - LABEL_W - 10) / (120 * 60)
+    assert lane.bars[1].w == pytest.approx(29 * 60 * scale, abs=0.01)
+    assert lane.bars[1].colour == "#c62828"  # wasted training's colour, dotted on top
+
+
 def test_a_job_with_no_segments_has_an_empty_timeline() -> None:
     assert layout([], [], [])["lanes"] == []
 

@@ -15,7 +15,7 @@ from service.api.app import AppContext, create_app
 from service.settings import Settings
 from tests.conftest import ADMIN_TOKEN
 from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all
-from tests.factories import spec_example
+from tests.factories import event, spec_example
 
 pytestmark = pytest.mark.db
 PAGES = ("/ui/", "/ui/teams/ads", "/ui/models/model-a", "/ui/jobs/job-1", "/ui/search?job_id=x")
@@ -257,3 +257,26 @@ def test_sign_in_when_the_token_store_cannot_answer_is_a_503_with_a_message() ->
     # The bootstrap admin token needs no database.
     assert sign_in(client).status_code == 303
     dead.dispose()
+
+
+def test_a_stall_is_drawn_dotted_on_the_job_timeline(api: TestClient,
+                                                     browser: TestClient) -> None:
+    # docs/model.md section 24, the first worked example: steps a minute, a 30-minute gap
+    # from 60 to 90, so 61-90 is stalled.
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=4)
+    e = lambda t, m, **kw: event(t, m, job_id="hung", base=base, **kw)  # noqa: E731
+    events = [e("allocated", 0, gpus=8, team="ads"), e("phase_start", 0, phase="training")]
+    events += [e("heartbeat", m, attrs={"step": m}) for m in range(1, 61)]
+    events += [e("heartbeat", m, attrs={"step": m - 29}) for m in range(90, 120)]
+    events += [e("phase_end", 120, phase="training"), e("released", 120,
+                                                         attrs={"reason": "completed"})]
+    post_all(api, events)
+    api.post("/v1/aggregate")
+    assert api.get("/v1/jobs/hung").json()["phases"]["stalled"] == 29 * 60
+    f = Figures(browser.get("/ui/jobs/hung").text)
+    bars = [a for t, a in f.elements if t == "rect" and "bar" in (a.get("class") or "")
+            .split()]
+    assert [b["data-phase"] for b in bars] == ["training", "stalled", "training"]
+    shades = [a for t, a in f.elements if t == "rect" and a.get("class") == "stalled-shade"]
+    assert len(shades) == 1 and shades[0]["x"] == bars[1]["x"]
+    assert shades[0]["fill"] == "url(#stalled)"

@@ -22,6 +22,7 @@ TOP_KEYS = {
     "owners",
     "level1",
     "diagnostics",
+    "progress",
 }
 LEVEL1_KEYS = {
     "tts_seconds",

@@ -61,7 +61,7 @@ def test_checkpoint_step_is_bounded() -> None:
     assert "attrs.step" in decide(ev)
 
 
-@pytest.mark.parametrize("phase", ["lost_progress", "unattributed"])
+@pytest.mark.parametrize("phase", ["lost_progress", "unattributed", "stalled"])
 def test_reserved_phases_are_refused_from_trainers(phase: str) -> None:
     error = decide(event("phase_start", 60 * 24, phase=phase))
     assert error == f"phase: {phase!r} is reserved for what the engine derives"

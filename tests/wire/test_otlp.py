@@ -110,6 +110,23 @@ def test_the_phase_attribute_names_the_phase_of_any_span() -> None:
         ("phase_start", "data_stall"), ("phase_end", "data_stall")]
 
 
+def test_a_step_attribute_rides_on_the_span_end_event() -> None:
+    trace = os.urandom(16)
+    req = request_of([
+        span("application", 0, 10, base=base_ns(), trace_id=trace, ett__gpus=8,
+             ett__step="1200"),
+        span("training_loop", 1, 9, base=base_ns(), trace_id=trace, ett__step=1180),
+        span("dist_init", 0, 1, base=base_ns(), trace_id=trace),
+    ], **RESOURCE)
+    out = events_of(decoded(req), SpanMapping())
+    steps = {(e["type"], e.get("phase")): (e.get("attrs") or {}).get("step")
+             for _, e in out.events}
+    assert steps == {("allocated", None): None, ("released", None): 1200,
+                     ("phase_start", "training"): None, ("phase_end", "training"): 1180,
+                     ("phase_start", "process_group_init"): None,
+                     ("phase_end", "process_group_init"): None}
+
+
 def test_a_mapping_file_renames_attributes_and_adds_span_rules(tmp_path) -> None:
     path = tmp_path / "mapping.yaml"
     path.write_text(yaml.safe_dump({

@@ -9,7 +9,6 @@ failure. The framework callbacks only decide *when* each step happens.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,7 +32,6 @@ class TrainerTimeline:
         self._started = False
         self._training = False
         self._finished = False
-        self._last_beat = time.monotonic()
 
     @property
     def training(self) -> bool:
@@ -45,6 +43,9 @@ class TrainerTimeline:
             return
         self._started = True
         self.recorder.allocated(gpus=gpus)
+        # Heartbeats (with the latest step) come from a thread of their own, so a hung
+        # step shows as a stall and the step path does no more than store a number.
+        self.recorder.start_heartbeat(self.heartbeat_s)
         self.enter(INITIALIZATION)
 
     def enter(self, name: str) -> None:
@@ -69,10 +70,12 @@ class TrainerTimeline:
             self.leave(INITIALIZATION)
             self.enter(TRAINING)
             self._training = True
-        now = time.monotonic()
-        if now - self._last_beat >= self.heartbeat_s:
-            self._last_beat = now
-            self.recorder.heartbeat(step=step)
+            if step is not None:
+                # The step training starts from, at once: after a resume it is the step of
+                # the state that was loaded (docs/model.md section 24).
+                self.recorder.heartbeat(step=step)
+        if step is not None:
+            self.recorder.latest_step = step
 
     @contextlib.contextmanager
     def checkpoint_save(self, *, background: bool = False, durable: bool = True,
