@@ -33,6 +33,10 @@ class Diagnostics:
     checkpoints_after_failure: int = 0
     gpus_defaulted_attempts: tuple[int, ...] = ()
     inferred_end_attempts: tuple[int, ...] = ()
+    # The scheduler's word (ett_core.scheduler): an allocation whose release never came,
+    # and the scheduler's model/team names that differ from the trainer's.
+    scheduler_release_missing: int = 0
+    mapping_conflicts: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class DiagnosticsBuilder:
     unknown_phase_names: set[str] = field(default_factory=set)
     gpus_defaulted_attempts: list[int] = field(default_factory=list)
     inferred_end_attempts: list[int] = field(default_factory=list)
+    mapping_conflicts: tuple[str, ...] = ()
 
     def add(self, counter: str, amount: int = 1) -> None:
         if counter not in _COUNTERS:
@@ -70,4 +75,5 @@ class DiagnosticsBuilder:
             unknown_phase_names=tuple(sorted(self.unknown_phase_names)),
             gpus_defaulted_attempts=tuple(sorted(self.gpus_defaulted_attempts)),
             inferred_end_attempts=tuple(sorted(self.inferred_end_attempts)),
+            mapping_conflicts=self.mapping_conflicts,
         )

@@ -30,7 +30,9 @@ CHECKPOINT_SAVE = "checkpoint_save"
 UNASSIGNED_TEAM = "unassigned"
 # Derived phase names the engine writes itself; a trainer reporting them would make
 # reported and derived time indistinguishable.
-RESERVED_PHASES = (LOST_PROGRESS, UNATTRIBUTED)
+# The scheduler's silent tail (ett_core.scheduler) is one too.
+UNREPORTED = "unreported"
+RESERVED_PHASES = (LOST_PROGRESS, UNATTRIBUTED, UNREPORTED)
 
 # docs/model.md section 2, as data. An owner of None means "the model's own team".
 DEFAULT_MAPPING: Mapping[str, Any] = {
