@@ -37,6 +37,10 @@ class Settings:
     strict: bool
     spool_dir: str  # a directory, or MEMORY_SPOOL
     sigterm_cause: str
+    # False when a scheduler adapter names the job (Slurm) and no SIGTERM cause was given:
+    # the scheduler knows why it sent the signal (cancel, requeue, time limit), a guess here
+    # would outrank it (docs/model.md, "End cause").
+    sigterm_reports_failure: bool = True
     max_queue: int = 10_000
     max_batch: int = 500
     max_batch_bytes: int = 1 << 20
@@ -155,11 +159,14 @@ def resolve(
     rank = _int_env(env, "RANK") or 0
     if spool_dir is None:
         spool_dir = env.get("ETT_SPOOL_DIR") or default_spool_dir(job_id, env)
-    cause = sigterm_cause or env.get("ETT_SIGTERM_CAUSE") or "preemption"
+    explicit_cause = sigterm_cause or env.get("ETT_SIGTERM_CAUSE")
+    cause = explicit_cause or "preemption"
     if cause not in FAILURE_CAUSES:
         raise ConfigurationError(f"sigterm_cause must be one of {FAILURE_CAUSES}, got {cause!r}")
     return Settings(
         url=url, token=token, job_id=job_id, model=model, attempt=attempt, gpus=gpus,
         team=team, rank=rank, all_ranks=all_ranks, strict=strict_flag,
-        spool_dir=os.fspath(spool_dir), sigterm_cause=cause, **tuning,  # type: ignore[arg-type]
+        spool_dir=os.fspath(spool_dir), sigterm_cause=cause,
+        sigterm_reports_failure=bool(explicit_cause) or not from_slurm,
+        **tuning,  # type: ignore[arg-type]
     )

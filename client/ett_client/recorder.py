@@ -362,6 +362,10 @@ class Recorder:
     def _on_sigterm(self) -> None:
         assert self.settings is not None
         cause = self.settings.sigterm_cause
+        if not self.settings.sigterm_reports_failure:
+            # Under a scheduler adapter: the last news, and the scheduler says why.
+            self._record_fatal(self.heartbeat)
+            return
         self._record_fatal(lambda: self.failure(cause=cause, reason="SIGTERM"))
 
     def _on_exit(self) -> None:

@@ -43,3 +43,11 @@ def test_under_slurm_the_job_and_attempt_are_the_schedulers_unless_set():
     assert (own.job_id, own.attempt, own.model) == ("j", 0, "m")
     first_run = {k: v for k, v in slurm.items() if k != "SLURM_RESTART_COUNT"}
     assert resolve(**unset, env=first_run).attempt == 0
+
+
+def test_under_slurm_a_sigterm_is_left_to_the_scheduler_unless_a_cause_is_set():
+    slurm = {"SLURM_JOB_ID": "42", "SLURM_CLUSTER_NAME": "gpu-a", "HOME": "/h"}
+    unset = {**BASE, "job_id": None, "model": "m"}
+    assert resolve(**unset, env=slurm).sigterm_reports_failure is False
+    assert resolve(**unset, env={**slurm, "ETT_SIGTERM_CAUSE": "infra"}).sigterm_reports_failure
+    assert resolve(**BASE, env=slurm).sigterm_reports_failure is True
