@@ -59,6 +59,9 @@ def fold_models(snap: Snapshot, kept: set[tuple[str, str]]) -> None:
     snap.settled_gpu_seconds = _fold(snap.settled_gpu_seconds, pair)
     snap.at_risk_gpu_seconds = _fold(snap.at_risk_gpu_seconds, pair)
     snap.jobs_running = _fold(snap.jobs_running, pair)
+    snap.queue_seconds = _fold(snap.queue_seconds, pair)
+    snap.uninstrumented_gpu_seconds = _fold(snap.uninstrumented_gpu_seconds, pair)
+    snap.telemetry_silent_jobs = _fold(snap.telemetry_silent_jobs, pair)
     snap.failures = _fold(snap.failures, pair)
     snap.unknown_phase_events = _fold(
         snap.unknown_phase_events, lambda k: k if k[0] in kept_names else (OTHER,))

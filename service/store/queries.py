@@ -121,3 +121,39 @@ def job_has_events(conn: Connection, job_id: str) -> bool:
 def models_and_teams(conn: Connection) -> list[tuple[str, str]]:
     rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
     return [(r[0], r[1]) for r in rows]
+
+
+# The scheduler's word (docs/model.md): read from each job's result document, where the
+# engine put queue time and each attempt's instrumentation.
+SCHEDULER_TOTALS_SQL = """
+SELECT j.model, j.team,
+       coalesce(sum((j.result->>'queue_seconds')::float8), 0),
+       coalesce(sum(u.gpu_s), 0)
+FROM jobs j LEFT JOIN LATERAL (
+    SELECT sum((a->>'held_seconds')::float8 * (a->>'gpus')::float8) AS gpu_s
+    FROM jsonb_array_elements(j.result->'attempts') a
+    WHERE a->>'instrumented' = 'false' AND a->>'released_at' IS NOT NULL) u ON true
+GROUP BY j.model, j.team
+"""
+
+SILENT_JOBS_SQL = """
+SELECT j.model, j.team, count(DISTINCT j.job_id)
+FROM jobs j, jsonb_array_elements(j.result->'attempts') a
+WHERE j.open AND a->>'released_at' IS NULL AND a->>'held_by' = 'scheduler'
+  AND a->>'instrumented' = 'true' AND (a->>'trainer_last_at')::timestamptz < :cutoff
+GROUP BY j.model, j.team
+"""
+
+
+def scheduler_totals(conn: Connection) -> list[tuple[str, str, float, float]]:
+    """Per (model, team): queue seconds of every attempt the scheduler reported, and held
+    GPU-seconds of ended attempts no trainer reported (uninstrumented)."""
+    return [(r[0], r[1], float(r[2]), float(r[3]))
+            for r in conn.execute(text(SCHEDULER_TOTALS_SQL))]
+
+
+def silent_jobs(conn: Connection, cutoff: datetime) -> list[tuple[str, str, int]]:
+    """Per (model, team): running jobs whose scheduler holds an attempt that its trainer has
+    reported but not since `cutoff`."""
+    return [(r[0], r[1], int(r[2]))
+            for r in conn.execute(text(SILENT_JOBS_SQL), {"cutoff": cutoff})]
