@@ -28,6 +28,7 @@ from service.slo.model import (
     parse_duration,
     scale_window,
 )
+from service.slo.silence import telemetry_silent_rule
 
 HELD = "ett_held_gpu_seconds_total"
 SETTLED = "ett_settled_gpu_seconds_total"
@@ -244,6 +245,7 @@ def _alerting_rules(slo: Slo, spec: SloSpec,
                       "annotations": _annotations(slo, spec, severity, names)})
     if slo.sli == "pipeline_freshness":
         rules.append(_quarantine_rule(slo, spec))
+        rules.append(telemetry_silent_rule(slo, spec))
     metric = absent_metric(slo)
     rules.append({
         "alert": "EttSloDataAbsent",
