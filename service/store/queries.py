@@ -157,3 +157,28 @@ def silent_jobs(conn: Connection, cutoff: datetime) -> list[tuple[str, str, int]
     reported but not since `cutoff`."""
     return [(r[0], r[1], int(r[2]))
             for r in conn.execute(text(SILENT_JOBS_SQL), {"cutoff": cutoff})]
+
+
+def queue_window(conn: Connection, start: datetime, end: datetime, key: str | None,
+                 filters: dict[str, str | None] | None = None) -> dict[Any, float]:
+    """Queue seconds of the attempts allocated in [start, end), per `key` (model or team;
+    None: one total). Queue time is not held time: it has no hourly rollup of its own and
+    is read from the job documents (docs/model.md section 24)."""
+    if key not in (None, "model", "team"):
+        raise ValueError(f"cannot group queue time by {key}")
+    clauses, params = "", {}
+    for column in ("model", "team"):
+        value = (filters or {}).get(column)
+        if value is not None:
+            clauses += f" AND j.{column} = :f_{column}"
+            params[f"f_{column}"] = value
+    select = f"j.{key}" if key else "NULL"
+    rows = conn.execute(text(
+        f"SELECT {select} AS k, sum((a->>'queue_seconds')::float8)"
+        " FROM jobs j, jsonb_array_elements(j.result->'attempts') a"
+        " WHERE j.last_at >= :start AND j.first_at < :end"
+        " AND (a->>'allocated_at')::timestamptz >= :start"
+        " AND (a->>'allocated_at')::timestamptz < :end"
+        f" AND (a->>'queue_seconds')::float8 > 0{clauses}"
+        " GROUP BY 1"), {"start": start, "end": end, **params})
+    return {r[0]: float(r[1]) for r in rows}

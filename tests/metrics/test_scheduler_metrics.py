@@ -40,3 +40,11 @@ def test_queue_uninstrumented_and_silent_series(api, exporter) -> None:
     assert m[("ett_telemetry_silent_jobs", batch)] == 0
     job = api.get("/v1/jobs/s1").json()
     assert job["state"] == "running" and job["phases"]["unreported"] > 0
+    window = {"start": ts(-60), "end": ts(120), "group_by": "model"}
+    groups = {g["key"]: g for g in api.get("/v1/ett", params=window).json()["groups"]}
+    assert groups["batch"]["queue_seconds"] == 300
+    assert groups["batch"]["unreported_gpu_seconds"] == 30 * 60 * 4
+    assert groups["batch"]["unreported_ratio"] == 1.0
+    assert groups["llama"]["queue_seconds"] == 60
+    fleet = api.get("/v1/ett", params={"start": ts(-60), "end": ts(120)}).json()["groups"][0]
+    assert fleet["queue_seconds"] == 360
