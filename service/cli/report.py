@@ -31,12 +31,14 @@ def _hours(gpu_seconds: float) -> str:
 def _ett_table(answer: dict[str, Any], title: str, key_name: str) -> Table:
     table = Table(title=title, title_justify="left")
     for name, justify in ((key_name, "left"), ("held GPU-h", "right"), ("ETT", "right"),
-                          ("effective GPU-h", "right"), ("at risk GPU-h", "right")):
+                          ("effective GPU-h", "right"), ("at risk GPU-h", "right"),
+                          ("unreported", "right"), ("queue h", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for g in answer["groups"]:
         table.add_row(str(g["key"] if g["key"] is not None else "fleet"),
                       _hours(g["held_gpu_seconds"]), _pct(g["ett_ratio"]),
-                      _hours(g["effective_gpu_seconds"]), _hours(g["at_risk_gpu_seconds"]))
+                      _hours(g["effective_gpu_seconds"]), _hours(g["at_risk_gpu_seconds"]),
+                      _pct(g.get("unreported_ratio")), f"{g.get('queue_seconds', 0) / 3600:,.1f}")
     return table
 
 
@@ -65,12 +67,15 @@ def _bill_tables(bill: dict[str, Any]) -> list[Table]:
 
 def _job_tables(job: dict[str, Any]) -> list[Table]:
     attempts = Table(title="attempts", title_justify="left")
-    for name in ("attempt", "allocated", "released", "gpus", "end cause", "held s", "startup s"):
+    for name in ("attempt", "allocated", "released", "gpus", "end cause", "held s", "startup s",
+                 "held by", "queue s"):
         attempts.add_column(name)
     for a in job["attempts"]:
         attempts.add_row(str(a["attempt"]), str(a["allocated_at"]), str(a["released_at"] or "-"),
                          str(a["gpus"]), a["end_cause"], f"{a['held_seconds']:,.0f}",
-                         f"{a['startup_seconds']:,.0f}")
+                         f"{a['startup_seconds']:,.0f}", a.get("held_by", "trainer")
+                         + ("" if a.get("instrumented", True) else " (uninstrumented)"),
+                         f"{a.get('queue_seconds', 0):,.0f}")
     l1 = job["level1"]
     level1 = Table(title="Level 1", title_justify="left")
     level1.add_column("term")
