@@ -15,6 +15,7 @@ from . import (
     engine,
     impact,
     ingest,
+    loop_stall,
     otlp,
     reads,
     sdk,
@@ -38,6 +39,7 @@ BENCHMARKS = {
     "advice": (advice, True),
     "slow_clients": (slow_clients, True),
     "impact": (impact, True),
+    "loop_stall": (loop_stall, True),
 }
 
 

@@ -42,6 +42,10 @@ class RequestTimeout(EttError):
         super().__init__(message, headers={"Connection": "close"})
 
 
+class Conflict(EttError):
+    status_code = 409
+
+
 class PayloadTooLarge(EttError):
     status_code = 413
 

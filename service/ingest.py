@@ -25,8 +25,9 @@ from service.wire.batch import ValidatedBatch, WriteScope, validate_batch
 from service.wire.body import json_object, read_body
 from service.wire.ownership import OwnerCache, OwnershipCheck
 from service.wire.span_mapping import SpanMapping
-from service.wire.spans import events_of
+from service.wire.spans import SpanEvents, events_of
 from service.wire.whole import decide_whole
+from service.work_pool import WorkPool
 
 log = logging.getLogger(__name__)
 WHOLE_MIN_BYTES = 1024
@@ -43,6 +44,12 @@ class IngestLimits:
     statement_timeout_ms: int = 10_000
     max_in_flight_per_token: int = 32
     body_deadline_s: float = 30.0
+    # The work budget of one OTLP request, counted before any span is mapped.
+    max_spans: int = 20_000
+    max_attributes: int = 200_000
+    # Decoding and validation run on this many threads, with this many requests waiting.
+    work_threads: int = 2
+    work_queue: int = 16
 
 
 class InFlightLimit:
@@ -168,6 +175,33 @@ def build_router(
                               limits.max_in_flight_per_token)
     owners = OwnerCache()
     mapping = span_mapping or SpanMapping()
+    work = WorkPool(limits.work_threads, limits.work_queue)
+
+    def decide_events(body: bytearray, principal: WriteScope) -> ValidatedBatch:
+        now = clock()
+        # A body of a few events costs the whole-batch path's fixed part more
+        # than it saves (28 against 19 us for one event).
+        batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
+            body, limits.max_batch_events, principal, now=now,
+            max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
+            owner_of=owner_of)
+        if batch is None:  # some event needs deciding on its own (or the body is bad)
+            batch = validate_batch(
+                parse_batch(body, limits.max_batch_events), principal, now=now,
+                max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
+                owner_of=owner_of)
+        return batch
+
+    def decide_spans(body: bytearray, media: str, principal: WriteScope
+                     ) -> tuple[SpanEvents, ValidatedBatch]:
+        request = otlp.parse_request(body, media)
+        otlp.check_budget(request, limits.max_spans, limits.max_attributes)
+        mapped = events_of(otlp.spans_of(request), mapping)
+        if len(mapped.events) > limits.max_batch_events:
+            raise PayloadTooLarge(f"the spans make {len(mapped.events)} events, more than"
+                                  f" the limit of {limits.max_batch_events}; send fewer"
+                                  " spans per request")
+        return mapped, validated([event for _, event in mapped.events], principal)
 
     def validated(raw: list[Any], principal: WriteScope) -> ValidatedBatch:
         batch = validate_batch(raw, principal, now=clock(), max_future_s=limits.max_future_s,
@@ -216,18 +250,12 @@ def build_router(
         with in_flight.admitted(principal.token_id or "") as charge:
             body = await read_body(request, limit=limits.max_body_bytes,
                                    deadline_s=limits.body_deadline_s, charge=charge)
-            now = clock()
-            # A body of a few events costs the whole-batch path's fixed part more
-            # than it saves (28 against 19 us for one event).
-            batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
-                body, limits.max_batch_events, principal, now=now,
-                max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
-                owner_of=owner_of)
-            if batch is None:  # some event needs deciding on its own (or the body is bad)
-                batch = validate_batch(
-                    parse_batch(body, limits.max_batch_events), principal, now=now,
-                    max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
-                    owner_of=owner_of)
+            # A small body is decided at once: handing it to a worker would cost more
+            # than deciding it.
+            if len(body) < WHOLE_MIN_BYTES:
+                batch = decide_events(body, principal)
+            else:
+                batch = await work.run(decide_events, body, principal)
             del body  # nothing keeps the body alive past validation
             if not batch.lines and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))
@@ -261,13 +289,8 @@ def build_router(
             body = await read_body(request, limit=limits.max_body_bytes,
                                    deadline_s=limits.body_deadline_s,
                                    media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
-            mapped = events_of(otlp.spans_of(otlp.parse_request(body, media)), mapping)
+            mapped, batch = await work.run(decide_spans, body, media, principal)
             del body
-            if len(mapped.events) > limits.max_batch_events:
-                raise PayloadTooLarge(f"the spans make {len(mapped.events)} events, more than"
-                                      f" the limit of {limits.max_batch_events}; send fewer"
-                                      " spans per request")
-            batch = validated([event for _, event in mapped.events], principal)
             inserted, owned = await stored(batch)
         # A span is rejected when any of its events is: its other events may be stored,
         # and a corrected re-send stores the rest (the stored ones are duplicates).

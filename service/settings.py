@@ -55,6 +55,34 @@ class Settings(BaseSettings):
     ingest_statement_timeout_ms: int = Field(
         default=10_000, ge=0, description="an ingest transaction's statement timeout (0: none)"
     )
+    otlp_max_spans: int = Field(
+        default=20_000, ge=1, description="spans in one POST /v1/traces; more get 413",
+    )
+    otlp_max_attributes: int = Field(
+        default=200_000, ge=1,
+        description="attributes (each resource's once, each span's) in one POST /v1/traces;"
+                    " more get 413",
+    )
+    work_threads: int = Field(
+        default=2, ge=1, description="threads that decode and validate request bodies",
+    )
+    work_queue: int = Field(
+        default=16, ge=0,
+        description="requests waiting for a decoding thread; more get 503 + Retry-After",
+    )
+    annotation_max_body_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="body of POST /v1/annotations; more get 413",
+    )
+    annotations_max_per_team: int = Field(
+        default=1000, ge=1,
+        description="annotations per team (fleet-wide ones count as one team); more get 409",
+    )
+    console_max_sessions: int = Field(
+        default=10_000, ge=1, description="console sessions per process",
+    )
+    console_sessions_per_token: int = Field(
+        default=20, ge=1, description="console sessions per token; its oldest goes first",
+    )
     token_cache_ttl_s: float = Field(
         default=3.0, gt=0, le=60, description="token lookups cached this long (revocation delay)"
     )

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
-         "reads", "console", "otlp", "advice", "slow_clients", "impact")
+         "reads", "console", "otlp", "advice", "slow_clients", "impact", "loop_stall")
 
 
 @pytest.mark.slow

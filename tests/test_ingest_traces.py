@@ -216,3 +216,81 @@ def test_spans_obey_the_token_scopes_of_events(api, db_engine) -> None:
     reader = _token(db_engine, "reader")
     r = api.post("/v1/traces", content=mixed, headers={**PROTO, "Authorization": reader})
     assert r.status_code == 403 and r.json()["detail"] == "a reader token may not post spans"
+
+
+# --- issue 26, defect 1: the work budget, and the work off the event loop -----------------
+
+
+@pytest.fixture
+def small_budget(app_context):
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from tests.conftest import ADMIN_TOKEN
+
+    app_context.settings = app_context.settings.model_copy(
+        update={"otlp_max_spans": 10, "otlp_max_attributes": 50})
+    with TestClient(create_app(app_context)) as client:
+        client.headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"
+        yield client
+
+
+def _unmapped(n: int, base: int) -> list:
+    trace = os.urandom(16)
+    return [span("dataloader.next", i, i + 0.5, base=base, trace_id=trace) for i in range(n)]
+
+
+def test_more_spans_than_the_budget_is_a_413_naming_the_setting(small_budget) -> None:
+    base = base_ns()
+    ok = small_budget.post("/v1/traces", headers=PROTO, content=request_of(
+        _unmapped(10, base), **resource("budget")).SerializeToString())
+    assert ok.status_code == 200, ok.text
+    r = small_budget.post("/v1/traces", headers=PROTO, content=request_of(
+        _unmapped(11, base), **resource("budget")).SerializeToString())
+    assert r.status_code == 413
+    assert "more than 10 spans" in r.json()["detail"]
+    assert "ETT_OTLP_MAX_SPANS" in r.json()["detail"]
+
+
+def test_more_attributes_than_the_budget_is_a_413_naming_the_setting(small_budget) -> None:
+    # A resource's attributes count once, however many spans share them.
+    many = {f"host.attr.{i}": "x" for i in range(45)}
+    base = base_ns()
+    ok = small_budget.post("/v1/traces", headers=PROTO, content=request_of(
+        _unmapped(2, base), **resource("budget"), **many).SerializeToString())
+    assert ok.status_code == 200, ok.text
+    many.update({f"host.more.{i}": "x" for i in range(10)})
+    r = small_budget.post("/v1/traces", headers=PROTO, content=request_of(
+        _unmapped(2, base), **resource("budget"), **many).SerializeToString())
+    assert r.status_code == 413
+    assert "more than 50 attributes" in r.json()["detail"]
+    assert "ETT_OTLP_MAX_ATTRIBUTES" in r.json()["detail"]
+
+
+def test_resource_attributes_are_shared_by_the_spans_not_copied() -> None:
+    base = base_ns()
+    req = request_of(_unmapped(3, base), **resource("shared"), **{"host.name": "n1"})
+    spans = list(otlp.spans_of(req))
+    shared = {id(m) for s in spans for m in s.attributes.maps[1:]}
+    assert len(shared) == 1
+    assert spans[0].attributes["host.name"] == "n1"
+
+
+@pytest.mark.parametrize("media", [otlp.PROTOBUF, otlp.JSON])
+def test_spans_are_decoded_and_mapped_off_the_event_loop(api, monkeypatch, media) -> None:
+    import threading
+
+    threads: list[str] = []
+    real = otlp.parse_request
+
+    def parse_request(body, media_type):
+        threads.append(threading.current_thread().name)
+        return real(body, media_type)
+
+    monkeypatch.setattr(otlp, "parse_request", parse_request)
+    req = request_of(one_logger_job(base_ns()), **resource("off-loop"))
+    body = (req.SerializeToString() if media == otlp.PROTOBUF
+            else orjson.dumps(as_otlp_json(req)))
+    r = api.post("/v1/traces", headers={"Content-Type": media}, content=body)
+    assert r.status_code == 200, r.text
+    assert len(threads) == 1 and threads[0].startswith("ett-work"), threads

@@ -342,11 +342,15 @@ class Recorder:
 
     def _record_fatal(self, record: Any) -> None:
         """Record the one terminal event a dying process gets, then flush within the bound."""
-        if not self._on or self._fatal_recorded:
+        if not self._on:
             return
         try:
-            record()
-            self._fatal_recorded = True
+            if not self._fatal_recorded:
+                record()
+                self._fatal_recorded = True
+            # Flush even when the trainer recorded the failure itself: the process dies
+            # next, and an event still in the ring (the spool thread may not have run since,
+            # on a loaded machine) would die with it.
             self.flush()
         except Exception:  # a hook must never make the crash worse
             logger.debug("ett_client: recording the terminal event failed", exc_info=True)

@@ -104,7 +104,9 @@ class FileSpool:
         self._dir_fd = os.open(directory, os.O_RDONLY)
         self._max_bytes = max_bytes
         self._segment_max_bytes = segment_max_bytes
-        self._lock = threading.Lock()
+        # Reentrant: the SIGTERM hook flushes on the main thread, which the signal may have
+        # interrupted inside a flush already holding this lock (leftover_bytes).
+        self._lock = threading.RLock()
         self._segments: list[Segment] = []
         self._current: Segment | None = None
         self._dir_dirty = False
@@ -283,7 +285,7 @@ class FileSpool:
         Closing our copies of the descriptors does not release the parent's locks (flock
         belongs to the open file description, which the parent still holds).
         """
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         for seg in self._segments:
             if seg.fd >= 0:
                 os.close(seg.fd)

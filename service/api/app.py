@@ -23,6 +23,7 @@ from service.access.auth import Authenticator, PreAuthMiddleware
 from service.access.tokens import TokenStore
 from service.aggregate import Aggregator
 from service.console import routes as console
+from service.console.session import Sessions
 from service.errors import EttError
 from service.settings import Settings
 from service.store.ingest_pool import IngestPool
@@ -90,6 +91,10 @@ def create_app(ctx: AppContext) -> FastAPI:
         statement_timeout_ms=s.ingest_statement_timeout_ms,
         max_in_flight_per_token=s.ingest_max_in_flight_per_token,
         body_deadline_s=s.ingest_body_deadline_s,
+        max_spans=s.otlp_max_spans,
+        max_attributes=s.otlp_max_attributes,
+        work_threads=s.work_threads,
+        work_queue=s.work_queue,
     )
     taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)
     app.include_router(
@@ -107,14 +112,18 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.include_router(health.build_router(ctx.engine))
     app.include_router(read_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
     app.include_router(advice_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
-    app.include_router(impact_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
+    app.include_router(impact_routes.build_router(
+        ctx.engine, ctx.auth, ctx.clock, max_body_bytes=s.annotation_max_body_bytes,
+        max_per_team=s.annotations_max_per_team, body_deadline_s=s.ingest_body_deadline_s))
     if ctx.aggregator is not None:
         app.include_router(admin_routes.build_router(ctx.aggregator, ctx.auth))
     for router in ctx.extra_routers:
         app.include_router(router)
     # The web console under /ui/ (and / redirects there); it reads what /v1/ reads.
-    app.state.console_sessions = console.install(app, ctx.engine, ctx.auth, ctx.clock,
-                                                 s.slo_file)
+    app.state.console_sessions = console.install(
+        app, ctx.engine, ctx.auth, ctx.clock, s.slo_file,
+        Sessions(ctx.auth, max_sessions=s.console_max_sessions,
+                 per_token=s.console_sessions_per_token))
 
     @app.get("/metrics", summary="Prometheus exposition", include_in_schema=True)
     async def metrics_endpoint(request: Request) -> Response:

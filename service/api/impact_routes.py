@@ -6,27 +6,35 @@ service.results.impact (which the CLI and the console call too).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
 from sqlalchemy import Engine
 
 from service.access.auth import Authenticator, Principal
-from service.errors import Forbidden, NotFound, Unprocessable
+from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.results import impact as results
+from service.wire.body import read_body
 from service.wire.event import NAME_RE, WireError, parse_rfc3339
 from service.wire.labels import LabelError, parse_selector
 
-from .read_routes import MAX_WINDOW, parse_window
+from .read_routes import EARLIEST, LATEST, MAX_WINDOW, parse_window
 
 # A cohort with no bound given on either side: the last 30 days (a month of roll-out).
 DEFAULT_COHORT = timedelta(days=30)
 MAX_TITLE = 200
 MAX_TEXT = 4000
 MAX_LIST = 32
+# GET /v1/annotations pages: (ts, id) order, `next` names where the following page starts.
+PAGE_DEFAULT = 100
+PAGE_MAX = 500
+CURSOR_RE = re.compile(r"([0-9]{1,18})_([0-9]{1,18})")
 Labels = Annotated[list[str], Query()]
 
 
@@ -54,9 +62,15 @@ def _instant(name: str, value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        return parse_rfc3339(value, name)
+        instant = parse_rfc3339(value, name)
     except WireError as exc:
         raise Unprocessable(str(exc)) from None
+    # Years 1 and 9999 are RFC 3339, but a cohort's default bound (30 days before) or an
+    # annotation's week around overflows there: the range of every reading window.
+    if not EARLIEST <= instant <= LATEST:
+        raise Unprocessable(f"{name}: {instant.isoformat()} is outside the supported range"
+                            f" {EARLIEST.isoformat()} to {LATEST.isoformat()}")
+    return instant
 
 
 def _cohort_window(start: datetime | None, end: datetime | None, now: datetime,
@@ -108,34 +122,88 @@ def _annotation_body(body: Any, who: Principal, now: datetime) -> dict[str, Any]
     return {"ts": ts, "title": title, "body": text, "team": team, **lists}
 
 
-def build_router(engine: Engine, auth: Authenticator,
-                 clock: Callable[[], datetime]) -> APIRouter:
+def page_cursor(after: tuple[datetime, int] | None) -> str | None:
+    if after is None:
+        return None
+    return f"{(after[0] - EARLIEST) // timedelta(microseconds=1)}_{after[1]}"
+
+
+def page_after(cursor: str | None, name: str = "cursor") -> tuple[datetime, int] | None:
+    if cursor is None:
+        return None
+    match = CURSOR_RE.fullmatch(cursor)
+    if match is None:
+        raise Unprocessable(f"{name}: give back the `next` of the previous page as is")
+    us, ident = int(match[1]), int(match[2])
+    try:
+        return EARLIEST + timedelta(microseconds=us), ident
+    except OverflowError:
+        raise Unprocessable(f"{name}: give back the `next` of the previous page as is"
+                            ) from None
+
+
+def may_annotate(who: Principal) -> None:
+    """Checked before a body is read: an admin, or a writer with a team."""
+    if not who.is_admin and (who.role != "writer" or who.team is None):
+        raise Forbidden("annotations need an admin token or a writer token with a team")
+
+
+def build_router(engine: Engine, auth: Authenticator, clock: Callable[[], datetime], *,
+                 max_body_bytes: int = 64 * 1024, max_per_team: int = 1000,
+                 body_deadline_s: float = 30.0) -> APIRouter:
     router = APIRouter(prefix="/v1")
 
     @router.post("/annotations", status_code=201,
                  summary="Mark a change (admin, or a writer for its own team)")
     async def post_annotation(request: Request) -> dict[str, Any]:
         who = auth.authenticate(request.headers.get("authorization"))
+        may_annotate(who)
+        raw = await read_body(request, limit=max_body_bytes, deadline_s=body_deadline_s)
         try:
-            body = await request.json()
-        except ValueError:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
             raise Unprocessable("body: must be JSON") from None
         fields = _annotation_body(body, who, clock())
         new_id = await run_in_threadpool(results.add_annotation, engine, created_by=who.token_id,
-                                         **fields)
+                                         max_per_team=max_per_team, **fields)
+        if new_id is None:
+            whose = f"team {fields['team']!r}" if fields["team"] else "the fleet (no team)"
+            raise Conflict(f"{whose} already has {max_per_team} annotations, the limit"
+                           " (ETT_ANNOTATIONS_MAX_PER_TEAM); delete old ones first"
+                           " (DELETE /v1/annotations/ID)")
         return {"id": new_id}
 
-    @router.get("/annotations", summary="Annotations in [start, end) (default: 30 days)")
+    @router.delete("/annotations/{annotation_id}", status_code=204,
+                   summary="Delete an annotation (admin, or a writer of its team)")
+    async def delete_annotation(request: Request, annotation_id: int) -> Response:
+        who = auth.authenticate(request.headers.get("authorization"))
+        may_annotate(who)
+        if not 0 < annotation_id < 2**63:
+            raise NotFound(f"annotation {annotation_id} is unknown")
+        deleted = await run_in_threadpool(results.delete_annotation, engine, annotation_id,
+                                          who.team, who.is_admin)
+        if not deleted:
+            raise NotFound(f"annotation {annotation_id} is unknown"
+                           + ("" if who.is_admin else f" for team {who.team!r}"))
+        return Response(status_code=204)
+
+    @router.get("/annotations", summary="Annotations in [start, end) (default: 30 days),"
+                " a page at a time")
     async def get_annotations(request: Request, start: str | None = None,
                               end: str | None = None, team: str | None = None,
-                              tag: str | None = None) -> dict[str, Any]:
+                              tag: str | None = None, limit: int = PAGE_DEFAULT,
+                              cursor: str | None = None) -> dict[str, Any]:
         auth.require_reader(request.headers.get("authorization"))
         _text("team", team)
         _text("tag", tag)
+        if not 1 <= limit <= PAGE_MAX:
+            raise Unprocessable(f"limit: must be 1 to {PAGE_MAX}")
+        after = page_after(cursor)
         start_dt, end_dt = parse_window(start, end, clock(), default=DEFAULT_COHORT)
-        rows = await run_in_threadpool(results.list_annotations, engine, start_dt, end_dt,
-                                       team, tag)
-        return {"start": start_dt.isoformat(), "end": end_dt.isoformat(), "annotations": rows}
+        page = await run_in_threadpool(results.list_annotations, engine, start_dt, end_dt,
+                                       team, tag, limit, after)
+        return {"start": start_dt.isoformat(), "end": end_dt.isoformat(),
+                "annotations": page.annotations, "next": page_cursor(page.next_after)}
 
     @router.get("/impact", summary="What a change gained: baseline cohort against candidate")
     async def get_impact(request: Request, baseline_start: str | None = None,

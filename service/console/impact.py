@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from ett_core.impact import OVERHEAD_TERMS, SHRINKABLE
 from ett_core.taxonomy import COMPONENTS
+from service.api.impact_routes import page_after, page_cursor
 from service.api.read_routes import MAX_WINDOW
 from service.errors import Unprocessable
 from service.results.impact import (
@@ -33,6 +34,7 @@ DEFAULTS = {"baseline_label": "variant:baseline", "candidate_label": "variant:op
             "window": "30d", "whatif_component": "initialization", "whatif_reduction": "0.5"}
 PERIOD = timedelta(days=7)  # periods mode, nothing given: the week before against this week
 ANNOTATIONS = timedelta(days=30)  # the changes listed beneath, each a link to compare around it
+NOTES_PAGE = 50  # annotations per page of that list (`notes_after` names the next page)
 
 
 def _instant(name: str, value: str) -> datetime:
@@ -119,7 +121,14 @@ def impact_figures(engine: Engine, now: datetime, query: Mapping[str, str],
                    "candidate_start": candidate.start, "candidate_end": candidate.end}
     form = {**DEFAULTS, "mode": "labels", "model": "", "team": "", **query,
             **{k: query.get(k) or v.isoformat() for k, v in periods.items()}}
-    notes = list_annotations(engine, now - ANNOTATIONS, now, form["team"] or None)
+    page = list_annotations(engine, now - ANNOTATIONS, now, form["team"] or None,
+                            limit=NOTES_PAGE,
+                            after=page_after(query.get("notes_after") or None, "notes_after"))
+    notes = page.annotations
+    notes_next = None
+    if page.next_after is not None:
+        notes_next = {**{k: v for k, v in query.items() if k != "notes_after"},
+                      "notes_after": page_cursor(page.next_after)}
     for note in notes:
         # The API's around=ID&days=7: the week before the change against the week after.
         (b_start, b_end), (c_start, c_end) = around(datetime.fromisoformat(note["ts"]), 7)
@@ -128,7 +137,8 @@ def impact_figures(engine: Engine, now: datetime, query: Mapping[str, str],
                            "candidate_start": c_start.isoformat(),
                            "candidate_end": c_end.isoformat(), "model": form["model"],
                            "team": form["team"]}
-    return {"form": form, "annotations": notes, "modes": MODES, "windows": list(windows),
-            "terms": OVERHEAD_TERMS,            "components": COMPONENTS, "shrinkable": SHRINKABLE,
+    return {"form": form, "annotations": notes, "notes_next": notes_next, "modes": MODES,
+            "windows": list(windows), "terms": OVERHEAD_TERMS, "components": COMPONENTS,
+            "shrinkable": SHRINKABLE,
             "impact": impact_report(engine, baseline, candidate),
             "whatif": whatif_report(engine, candidate, component, reduction)}

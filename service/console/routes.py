@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -17,7 +17,8 @@ from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from service.access.auth import Authenticator, Principal
-from service.errors import EttError
+from service.errors import BadRequest, EttError
+from service.wire.body import read_body
 
 from . import formats
 from .pages import PAGES, Page, PageRequest
@@ -25,6 +26,10 @@ from .session import COOKIE, IDLE_S, Sessions
 
 HERE = Path(__file__).resolve().parent
 PREFIX = "/ui"
+# The sign-in form holds a token and a console path: a few hundred bytes.
+LOGIN_MAX_BYTES = 8 * 1024
+LOGIN_MAX_FIELDS = 8
+LOGIN_DEADLINE_S = 10.0
 # Everything the pages load is served from here; inline scripts never run.
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
        " form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -48,9 +53,10 @@ def _safe_next(target: str | None) -> str:
 
 
 def install(app: FastAPI, engine: Engine, auth: Authenticator,
-            clock: Callable[[], datetime], slo_spec: Path | None) -> Sessions:
+            clock: Callable[[], datetime], slo_spec: Path | None,
+            sessions: Sessions | None = None) -> Sessions:
     env = _environment()
-    sessions = Sessions(auth)
+    sessions = sessions or Sessions(auth)
 
     def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(**context)
@@ -85,9 +91,15 @@ def install(app: FastAPI, engine: Engine, auth: Authenticator,
 
     @app.post(PREFIX + "/login", include_in_schema=False)
     async def login(request: Request) -> Response:
-        form = await request.form()
-        token = str(form.get("token") or "").strip()
-        target = _safe_next(str(form.get("next") or ""))
+        # No token yet, so nothing to check first: the form is small and read bounded.
+        body = await read_body(request, limit=LOGIN_MAX_BYTES, deadline_s=LOGIN_DEADLINE_S,
+                               media_types=("application/x-www-form-urlencoded",))
+        try:
+            form = parse_qs(body.decode(), max_num_fields=LOGIN_MAX_FIELDS)
+        except (UnicodeDecodeError, ValueError):
+            raise BadRequest("body: not a sign-in form (token, next)") from None
+        token = (form.get("token") or [""])[0].strip()
+        target = _safe_next((form.get("next") or [""])[0])
         # The form comes back with its message; a 401 document would only add a browser
         # console error to a page that works as meant. A store that cannot tell is a 503.
         message, status = "Enter a token.", 200
@@ -102,8 +114,13 @@ def install(app: FastAPI, engine: Engine, auth: Authenticator,
                     message, status = f"Cannot sign in now: {exc.message}", exc.status_code
         if principal is None:
             return render("login.html", status=status, next=target, message=message, user=None)
+        try:
+            session_id = sessions.open(token)
+        except EttError as exc:
+            return render("login.html", status=exc.status_code, next=target,
+                          message=f"Cannot sign in now: {exc.message}", user=None)
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(COOKIE, sessions.open(token), max_age=int(IDLE_S), path=PREFIX,
+        response.set_cookie(COOKIE, session_id, max_age=int(IDLE_S), path=PREFIX,
                             httponly=True, samesite="strict",
                             secure=request.url.scheme == "https")
         return response

@@ -19,11 +19,12 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from service.access.auth import Authenticator, Principal
-from service.errors import EttError
+from service.errors import EttError, Unavailable
 
 COOKIE = "ett_session"
 IDLE_S = 12 * 3600.0
 MAX_SESSIONS = 10_000
+PER_TOKEN = 20
 
 
 @dataclass
@@ -33,10 +34,23 @@ class _Session:
 
 
 class Sessions:
-    def __init__(self, auth: Authenticator, idle_s: float = IDLE_S) -> None:
+    """The open sessions, bounded per token and as a whole.
+
+    A token holds at most `per_token` sessions: signing in once more closes its least
+    recently used one. The whole holds at most `max_sessions`; when full, a token with
+    sessions of its own gives one of them up, and a token without any is refused (503)
+    rather than closing another token's session: one token signing in ten thousand times
+    cannot sign anyone else out.
+    """
+
+    def __init__(self, auth: Authenticator, idle_s: float = IDLE_S,
+                 max_sessions: int = MAX_SESSIONS, per_token: int = PER_TOKEN) -> None:
         self._auth = auth
         self._idle_s = idle_s
+        self.max_sessions = max_sessions
+        self.per_token = per_token
         self._by_id: dict[str, _Session] = {}
+        self._by_token: dict[str, set[str]] = {}
         self._lock = threading.Lock()
 
     async def principal_for(self, token: str) -> Principal:
@@ -48,20 +62,39 @@ class Sessions:
         return await run_in_threadpool(self._auth.resolve, header)
 
     def open(self, token: str) -> str:
+        """A new session's id for `token`, or Unavailable when every place is another
+        token's."""
         session_id = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self._lock:
             self._expire(now)
-            if len(self._by_id) >= MAX_SESSIONS:
-                # The oldest idle session goes first; memory stays bounded.
-                oldest = min(self._by_id, key=lambda k: self._by_id[k].last_seen)
-                del self._by_id[oldest]
+            own = self._by_token.get(token, set())
+            if len(own) >= self.per_token or (own and len(self._by_id) >= self.max_sessions):
+                self._drop(min(own, key=lambda k: self._by_id[k].last_seen))
+            elif len(self._by_id) >= self.max_sessions:
+                raise Unavailable(f"the console holds its limit of {self.max_sessions} sessions"
+                                  " (ETT_CONSOLE_MAX_SESSIONS); try again later",
+                                  retry_after_s=60)
             self._by_id[session_id] = _Session(token, now)
+            self._by_token.setdefault(token, set()).add(session_id)
         return session_id
+
+    def count(self, token: str | None = None) -> int:
+        with self._lock:
+            return len(self._by_id) if token is None else len(self._by_token.get(token, ()))
+
+    def _drop(self, session_id: str) -> None:
+        session = self._by_id.pop(session_id, None)
+        if session is None:
+            return
+        own = self._by_token[session.token]
+        own.discard(session_id)
+        if not own:
+            del self._by_token[session.token]
 
     def close(self, session_id: str | None) -> None:
         with self._lock:
-            self._by_id.pop(session_id or "", None)
+            self._drop(session_id or "")
 
     async def current(self, request: Request) -> Principal | None:
         """The signed-in principal, or None (no cookie, expired, unknown or revoked token)."""
@@ -72,7 +105,7 @@ class Sessions:
         with self._lock:
             session = self._by_id.get(session_id)
             if session is None or now - session.last_seen > self._idle_s:
-                self._by_id.pop(session_id, None)
+                self._drop(session_id)
                 return None
             session.last_seen = now
             token = session.token
@@ -88,4 +121,4 @@ class Sessions:
     def _expire(self, now: float) -> None:
         stale = [k for k, s in self._by_id.items() if now - s.last_seen > self._idle_s]
         for key in stale:
-            del self._by_id[key]
+            self._drop(key)

@@ -183,8 +183,19 @@ def _annotation_wire(row: Any) -> dict[str, Any]:
 
 def add_annotation(engine: Engine, ts: datetime, title: str, body: str | None,
                    team: str | None, models: Sequence[str], tags: Sequence[str],
-                   created_by: str | None) -> int:
+                   created_by: str | None, max_per_team: int | None = None) -> int | None:
+    """The new annotation's id, or None if its team (None: the fleet) already holds
+    `max_per_team`."""
     with engine.begin() as conn:
+        if max_per_team is not None:
+            # One writer at a time per team, so two posts cannot both take the last place.
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                         {"key": f"annotations:{team or ''}"})
+            held = conn.execute(text("SELECT count(*) FROM annotations"
+                                     " WHERE team IS NOT DISTINCT FROM :team"),
+                                {"team": team}).scalar_one()
+            if held >= max_per_team:
+                return None
         return conn.execute(text(
             "INSERT INTO annotations (ts, title, text, team, models, tags, created_by)"
             " VALUES (:ts, :title, :body, :team, :models, :tags, :by) RETURNING id"),
@@ -192,8 +203,28 @@ def add_annotation(engine: Engine, ts: datetime, title: str, body: str | None,
              "tags": list(tags), "by": created_by}).scalar_one()
 
 
+def delete_annotation(engine: Engine, annotation_id: int, team: str | None = None,
+                      any_team: bool = False) -> bool:
+    """Delete one annotation (of `team` unless `any_team`); whether one was deleted."""
+    where = "id = :i" if any_team else "id = :i AND team IS NOT DISTINCT FROM :team"
+    with engine.begin() as conn:
+        return conn.execute(text(f"DELETE FROM annotations WHERE {where}"),
+                            {"i": annotation_id, "team": team}).rowcount > 0
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of annotations in (ts, id) order, and where the next one starts."""
+
+    annotations: list[dict[str, Any]]
+    next_after: tuple[datetime, int] | None
+
+
 def list_annotations(engine: Engine, start: datetime, end: datetime, team: str | None = None,
-                     tag: str | None = None) -> list[dict[str, Any]]:
+                     tag: str | None = None, limit: int = 100,
+                     after: tuple[datetime, int] | None = None) -> Page:
+    """Annotations in [start, end) in (ts, id) order: at most `limit`, those after `after`
+    (the last of the previous page), so a page never skips or repeats one."""
     where, params = ["ts >= :start", "ts < :end"], {"start": start, "end": end}
     if team is not None:
         # Fleet-wide annotations (no team) concern every team.
@@ -202,10 +233,18 @@ def list_annotations(engine: Engine, start: datetime, end: datetime, team: str |
     if tag is not None:
         where.append(":tag = ANY(tags)")
         params["tag"] = tag
+    if after is not None:
+        where.append("(ts, id) > (:after_ts, :after_id)")
+        params.update(after_ts=after[0], after_id=after[1])
+    params["limit"] = limit + 1
     with engine.connect() as conn:
         rows = conn.execute(text(f"SELECT {_ANNOTATION} FROM annotations"
-                                 f" WHERE {' AND '.join(where)} ORDER BY ts, id"), params)
-        return [_annotation_wire(r) for r in rows]
+                                 f" WHERE {' AND '.join(where)} ORDER BY ts, id"
+                                 " LIMIT :limit"), params).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page([_annotation_wire(r) for r in rows],
+                (rows[-1][1], rows[-1][0]) if more else None)
 
 
 def get_annotation(engine: Engine, annotation_id: int) -> dict[str, Any] | None:
@@ -219,4 +258,8 @@ def around(ts: datetime, days: float) -> tuple[tuple[datetime, datetime],
                                                tuple[datetime, datetime]]:
     """N days before an instant against N days after it."""
     span = timedelta(days=days)
-    return (ts - span, ts), (ts, ts + span)
+    # Clamped at the calendar's ends: an annotation stored before its `ts` was bounded
+    # may lie in year 1 or 9999.
+    lo = ts - span if ts - datetime.min.replace(tzinfo=ts.tzinfo) > span else datetime.min
+    hi = ts + span if datetime.max.replace(tzinfo=ts.tzinfo) - ts > span else datetime.max
+    return (lo.replace(tzinfo=ts.tzinfo), ts), (ts, hi.replace(tzinfo=ts.tzinfo))

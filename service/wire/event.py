@@ -42,6 +42,10 @@ NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 # it costs ~0.2 us against ~1.6 us for the round trip through uuid.UUID.
 CANONICAL_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MAX_ATTRS_BYTES = 8 * 1024
+# Levels of objects and arrays inside `attrs` (or the unknown fields): every reader of them
+# (the JSON encoders, PostgreSQL's jsonb, the engine) recurses, and 1,000 levels in 2 KB
+# once ended in a RecursionError (a 500).
+MAX_ATTRS_DEPTH = 32
 MAX_INT32 = 2**31 - 1
 # Bounds (docs/model.md, "Bounds"). The tightest sum is one UTC day of the fleet rollup for
 # one model in GPU-microseconds (a bigint): a million GPUs all day is 1e6 * 8.64e10 = 8.6e16,
@@ -144,13 +148,45 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+def nesting_depth(value: Any, limit: int) -> int:
+    """Levels of objects and arrays in `value`, counted without recursion; stops counting
+    once past `limit` (then the answer is `limit + 1`)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return limit + 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, dict | list))
+    return deepest
+
+
+def _check_depth(value: Any, what: str) -> None:
+    if nesting_depth(value, MAX_ATTRS_DEPTH) > MAX_ATTRS_DEPTH:
+        raise WireError(f"{what}: nested deeper than {MAX_ATTRS_DEPTH} levels of objects and"
+                        " arrays")
+
+
 def _dumps(value: Any, what: str) -> bytes:
     try:
-        return orjson.dumps(value)
+        dumped = orjson.dumps(value)
     except TypeError as exc:
+        _check_depth(value, what)  # orjson refuses beyond 254 levels
         # Not from the wire (its integers always fit 64 bits), but `validate_event` decides
         # every event it is given: a Python caller's out-of-range integer is a rejection.
         raise WireError(f"{what}: cannot be stored as JSON ({exc})") from None
+    # Cheap first: each level needs one bracket, so few brackets mean a shallow value.
+    if dumped.count(b"{") + dumped.count(b"[") > MAX_ATTRS_DEPTH:
+        _check_depth(value, what)
+    return dumped
 
 
 def attrs_json(value: Any, etype: str) -> str | None:

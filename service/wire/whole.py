@@ -29,6 +29,7 @@ from .event import (
     EVENT_TYPES,
     MAX_ATTEMPT,
     MAX_ATTRS_BYTES,
+    MAX_ATTRS_DEPTH,
     MAX_GPUS,
     MAX_RANK,
     NAME_RE,
@@ -132,7 +133,8 @@ def _attrs_text(attrs: dict[str, Any], etype: str) -> str:
         assert text is not None
     else:
         dumped = orjson.dumps(attrs)  # TypeError: an integer beyond 64 bits
-        if len(dumped) > MAX_ATTRS_BYTES or b"\\u0000" in dumped:
+        if (len(dumped) > MAX_ATTRS_BYTES or b"\\u0000" in dumped
+                or dumped.count(b"{") + dumped.count(b"[") > MAX_ATTRS_DEPTH):
             raise WireError("attrs")
         text = dumped.decode()
     return text.replace("\\", "\\\\")
@@ -146,7 +148,8 @@ def decide_whole(
     """The batch's rows if every event in `body` is plainly valid and writable, else None."""
     try:
         events = _DECODER.decode(body).events
-    except msgspec.DecodeError:  # ValidationError included
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included
+        # A deeply nested value: the per-event path rejects its event by name.
         return None
     if not 0 < len(events) <= max_events:
         return None

@@ -12,6 +12,8 @@ from pathlib import Path
 from tests.client.fake_service import FakeService
 
 REPO = Path(__file__).resolve().parents[2]
+# The children import this checkout's SDK, not whichever one the interpreter has installed.
+CHILD_PATH = f"{REPO}{os.pathsep}{REPO / 'client'}"
 
 PRELUDE = """
 import os, signal, sys, threading, time
@@ -24,7 +26,7 @@ rec.allocated()
 
 def run_child(fake: FakeService, tmp_path: Path, body: str, *, wait: bool = True,
               timeout_s: float = 20) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": CHILD_PATH}
     for name in ("RANK", "ETT_STRICT", "ETT_SIGTERM_CAUSE"):
         env.pop(name, None)
     proc = subprocess.Popen(
@@ -90,7 +92,7 @@ def test_sigterm_chains_to_an_existing_handler_and_the_cause_is_configurable(fak
         "    print('mine ran', flush=True); sys.exit(3)\n"
         "signal.signal(signal.SIGTERM, mine)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ETT_SIGTERM_CAUSE": "infra"}
+    env = {**os.environ, "PYTHONPATH": CHILD_PATH, "ETT_SIGTERM_CAUSE": "infra"}
     env.pop("RANK", None)
     proc = subprocess.Popen(
         [sys.executable, "-c", prelude_handler + PRELUDE + textwrap.dedent(body), fake.url,
@@ -100,6 +102,33 @@ def test_sigterm_chains_to_an_existing_handler_and_the_cause_is_configurable(fak
     assert proc.wait(20) == 3
     assert "mine ran" in proc.stdout.read()
     assert failures(fake)[0]["attrs"]["cause"] == "infra"
+
+
+def test_sigterm_after_an_explicit_failure_still_flushes_it(fake, tmp_path):
+    # The example trainer's race under load: it records the failure of a collective itself,
+    # and torchelastic's SIGTERM kills it before the spool thread has taken the event from
+    # the ring. A spool thread that never wakes on its own makes that window certain.
+    env = {**os.environ, "PYTHONPATH": CHILD_PATH}
+    for name in ("RANK", "ETT_STRICT", "ETT_SIGTERM_CAUSE"):
+        env.pop(name, None)
+    child = textwrap.dedent("""
+        import sys, time
+        from ett_client import Recorder
+        rec = Recorder(url=sys.argv[1], token="t", job_id="job-h", model="m", gpus=1,
+                       spool_dir=sys.argv[2], spool_interval_s=3600, send_interval_s=3600,
+                       exit_timeout_s=10)
+        rec.allocated()
+        rec.failure(cause="infra", reason="collective failed")
+        print("ready", flush=True)
+        time.sleep(30)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child, fake.url, str(tmp_path / "sp")],
+                            stdout=subprocess.PIPE, env=env, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == -signal.SIGTERM
+    assert [e["type"] for e in fake.events()] == ["allocated", "failure"]  # no second one
+    assert failures(fake)[0]["attrs"] == {"cause": "infra", "reason": "collective failed"}
 
 
 def test_sigterm_with_an_unreachable_service_still_dies_within_the_bound(tmp_path):

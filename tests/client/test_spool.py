@@ -105,7 +105,7 @@ CHILD = textwrap.dedent("""
 def test_a_killed_process_loses_nothing_and_the_next_recorder_sends_it_once(
         fake: FakeService, make_recorder, tmp_path: Path):
     spool_dir = tmp_path / "spool"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'client'}"}
     env.pop("RANK", None)
     child = subprocess.Popen([sys.executable, "-c", CHILD, refused_url(), str(spool_dir)],
                              stdout=subprocess.PIPE, env=env, text=True)
