@@ -109,13 +109,21 @@ def join(
     for k, events in by_attempt.items():
         for event in events:
             (scheduler if is_scheduler(event) else trainer).setdefault(k, []).append(event)
+    if not scheduler:
+        return build_frames(trainer, now_us=now_us, heartbeat_timeout_us=heartbeat_timeout_us,
+                            diag=diag), {}
+    alone = {k: v for k, v in trainer.items() if k not in scheduler}
+    # The trainer's own framing of an attempt the scheduler reports is only read for its
+    # facts (gpus, allocation, open or not): its inferences (an end guessed from silence,
+    # events "before the allocation") would be wrong in the diagnostics, so they stay out.
     trainer_frames = {
         f.attempt: f
-        for f in build_frames(trainer, now_us=now_us, heartbeat_timeout_us=heartbeat_timeout_us,
-                              diag=diag)
+        for part, d in ((alone, diag),
+                        ({k: v for k, v in trainer.items() if k in scheduler},
+                         DiagnosticsBuilder()))
+        for f in build_frames(part, now_us=now_us, heartbeat_timeout_us=heartbeat_timeout_us,
+                              diag=d)
     }
-    if not scheduler:
-        return list(trainer_frames.values()), {}
     numbers = sorted(by_attempt)
     starts: dict[int, int] = {}
     for k in numbers:

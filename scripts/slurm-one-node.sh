@@ -20,20 +20,20 @@ waitfor() { # waitfor SECONDS WHAT COMMAND...
   echo "slurm-one-node: timed out waiting for $what (logs in $LOG)" >&2; return 1
 }
 
-stop_one() { # stop_one NAME PIDFILE
-  local pid
-  [ -f "$2" ] || return 0
-  pid=$(cat "$2")
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid"
+if [ "$cmd" = stop ]; then
+  # TERM every daemon we started at once (newest first), then wait for each, KILL after 20 s.
+  pids=()
+  for d in slurmd slurmctld slurmdbd mariadb munged; do
+    f=$RUN/$d.pid
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; pids+=("$pid"); fi
+    rm -f "$f"
+  done
+  for pid in "${pids[@]}"; do
     for ((i = 0; i < 80; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-  fi
-  rm -f "$2"
-}
-
-if [ "$cmd" = stop ]; then
-  for d in slurmd slurmctld slurmdbd mariadb munged; do stop_one "$d" "$RUN/$d.pid"; done
+  done
   exit 0
 fi
 [ "$cmd" = start ] || { echo "usage: $0 start|stop BASE" >&2; exit 2; }

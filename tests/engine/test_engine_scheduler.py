@@ -180,3 +180,11 @@ def test_the_trainer_names_the_model_and_a_conflict_is_visible():
     assert minutes(result.held_us) == 20
     assert result.diagnostics.mapping_conflicts == (
         "scheduler model 'slurm-name' (job: 'llama')", "scheduler team 'ops' (job: 'llm')")
+
+
+def test_the_scheduler_bounds_leave_no_guessed_end_in_the_diagnostics(example):
+    # The trainer's silence at 34 is not a guessed end: the scheduler said 50.
+    assert example.diagnostics.inferred_end_attempts == ()
+    assert example.diagnostics.events_before_allocation == 0
+    assert example.diagnostics.scheduler_release_missing == 0
+    assert example.diagnostics.mapping_conflicts == ()
