@@ -96,10 +96,13 @@ def compute_job(
     diag.add("foreign_job_events", len(ordered) - len(mine))
     # The trainer names the model it trains; a scheduler's mapping names it only for a job
     # no trainer reports (docs/model.md, "The scheduler's word").
-    named_by = [e for e in mine if not scheduler.is_scheduler(e)] or mine
+    named_by = mine
+    if any(map(scheduler.is_scheduler, mine)):
+        named_by = tuple(e for e in mine if not scheduler.is_scheduler(e)) or mine
     model = named_by[0].model if named_by else ""
-    team = _model_team(tuple(named_by), model, taxonomy)
-    diag.mapping_conflicts = scheduler.mapping_conflicts(mine, model, team)
+    team = _model_team(named_by, model, taxonomy)
+    if named_by is not mine:
+        diag.mapping_conflicts = scheduler.mapping_conflicts(mine, model, team)
 
     by_attempt: dict[int, list[Event]] = defaultdict(list)
     for event in mine:

@@ -107,10 +107,17 @@ def join(
     scheduler: dict[int, list[Event]] = {}
     trainer: dict[int, list[Event]] = {}
     for k, events in by_attempt.items():
-        for event in events:
-            (scheduler if is_scheduler(event) else trainer).setdefault(k, []).append(event)
+        mine = [e for e in events if is_scheduler(e)]
+        if mine:
+            scheduler[k] = mine
+            rest = [e for e in events if not is_scheduler(e)]
+            if rest:
+                trainer[k] = rest
+        else:
+            trainer[k] = list(events)
     if not scheduler:
-        return build_frames(trainer, now_us=now_us, heartbeat_timeout_us=heartbeat_timeout_us,
+        # The common case, a trainer-only job: framed exactly as before.
+        return build_frames(by_attempt, now_us=now_us, heartbeat_timeout_us=heartbeat_timeout_us,
                             diag=diag), {}
     alone = {k: v for k, v in trainer.items() if k not in scheduler}
     # The trainer's own framing of an attempt the scheduler reports is only read for its
