@@ -109,6 +109,7 @@ def test_sync_without_sacct_is_one_clear_line(tmp_path) -> None:
         " or set ETT_SLURM_BIN_DIR (docs/slurm.md)"]
 
 
+@pytest.mark.slow
 def test_an_unreachable_service_spools_and_the_next_hook_delivers_once(service,
                                                                        tmp_path) -> None:
     engine = create_engine(service.database_url.replace("postgresql://",
