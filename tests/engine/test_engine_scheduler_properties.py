@@ -161,3 +161,26 @@ def test_order_and_redelivery_change_nothing_with_the_scheduler(stream, rnd):
     first, second = run(stream), run((again, now_us, timeout_us))
     assert first.segments == second.segments
     assert first.result.attempts == second.result.attempts
+
+
+@st.composite
+def mixed_garbage(draw: st.DrawFn) -> Stream:
+    """Any event of a garbage stream may claim to be the scheduler's."""
+    from engine_strategies import garbage_streams
+
+    events, now, timeout = draw(garbage_streams())
+    marked = [e._replace(attrs={**e.attrs, "source": SCHED}) if draw(st.booleans()) else e
+              for e in events]
+    return marked, now, timeout
+
+
+@FAST
+@given(mixed_garbage())
+def test_any_mix_of_writers_keeps_conservation_and_the_identity(stream):
+    comp = run(stream)
+    result = comp.result
+    assert sum(result.components.values()) == result.held_us
+    assert sum(result.phases.values()) == result.held_us
+    assert result.level1.total_us == result.held_us
+    assert all(s.end_us > s.start_us for s in comp.segments)
+    assert sum(a.held_us for a in result.attempts) == result.held_us
