@@ -46,6 +46,8 @@ class _AnyWriter:
                          configured_owner: str | None) -> str | None:
         return None
 
+    default_team = None
+
 
 def make_request(n: int) -> ExportTraceServiceRequest:
     req = ExportTraceServiceRequest()

@@ -1,11 +1,12 @@
 """A tiny data-parallel PyTorch training job instrumented with ett_client (CPU, gloo).
 
-Run it under torchelastic, which restarts it after a failure:
+After `make trainer` (a CPU-only PyTorch into .venv), run it under torchelastic, which
+restarts it after a failure:
 
     ETT_URL=http://127.0.0.1:8080 ETT_TOKEN=$(cat .ett-data/admin-token) \\
     ETT_JOB_ID=demo-1 ETT_MODEL=tiny-mlp ETT_TEAM=ml-platform ETT_SIGTERM_CAUSE=infra \\
     .venv/bin/torchrun --standalone --nproc-per-node=2 --max-restarts=2 \\
-        examples/train_elastic.py --ckpt-dir /tmp/demo-ckpt --crash-rank 1 --crash-step 25
+        examples/train_elastic.py --ckpt-dir "$(mktemp -d)" --crash-rank 1 --crash-step 25
 
 ``ETT_SIGTERM_CAUSE=infra``: when one worker dies, torchelastic stops the others with
 SIGTERM, which the recorder would otherwise report as a ``preemption`` (docs/client.md,

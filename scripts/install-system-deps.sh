@@ -14,8 +14,18 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 # policy-rc.d keeps the packages from starting daemons of their own; tests start their own.
-printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+# A policy-rc.d that was already there (container images ship one) is put back afterwards.
+policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d}  # another path only in its test
+saved=""
+if [ -e "$policy" ]; then
+  saved=$(mktemp) && cp -p "$policy" "$saved"
+fi
+printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
 apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 rc=$?
-rm -f /usr/sbin/policy-rc.d
+if [ -n "$saved" ]; then
+  cp -p "$saved" "$policy" && rm -f "$saved"
+else
+  rm -f "$policy"
+fi
 exit $rc

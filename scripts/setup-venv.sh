@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create the project virtualenv. `run`: the service and the client SDK (`pip install ./client`). `test` (default): the service,
+# Create the project virtualenv. `run`: the service and the client SDK (`pip install ./client`). `trainer`: the run set
+# plus a CPU-only PyTorch, for examples/train_elastic.py (`make trainer`). `test` (default): the service,
 # the client SDK with PyTorch, and the test tools.
 set -euo pipefail
 WHAT=${1:-test}
@@ -16,9 +17,15 @@ if [ "$WHAT" = run ]; then
   "$VENV/bin/python" -m pip install -q -e . -e ./client
   exit 0
 fi
+# torch is pinned: 2.13.0's build on PyPI is the CPU-only one, small enough to install anywhere,
+# where an unpinned `pip install torch` picks a build with the whole CUDA stack (several GB).
+TORCH_PIN=torch==2.13.0
+if [ "$WHAT" = trainer ]; then
+  "$VENV/bin/python" -m pip install -q -e . -e './client[torch]' "$TORCH_PIN"
+  exit 0
+fi
 "$VENV/bin/python" -m pip install -q -e '.[test]'
-# The client SDK with its PyTorch helpers. torch is pinned for the tests: 2.13.0 has a CPU
-# build small enough to install anywhere (the real-trainer tests run it on the CPU), and an
-# unpinned torch would pull a multi-gigabyte CUDA build. The trainer extras (Lightning,
-# Hugging Face) are installed in the same command, so the pin holds for their dependencies.
-"$VENV/bin/python" -m pip install -q -e './client[lightning,transformers]' torch==2.13.0 numpy
+# The client SDK with its PyTorch helpers (the real-trainer tests run torch on the CPU). The
+# trainer extras (Lightning, Hugging Face) are installed in the same command, so the pin holds
+# for their dependencies.
+"$VENV/bin/python" -m pip install -q -e './client[lightning,transformers]' "$TORCH_PIN" numpy

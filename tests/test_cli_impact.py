@@ -110,3 +110,30 @@ def test_ett_demo_rollout_annotates_each_change(service) -> None:
                        params={"around": n, "days": 7, "model": "rollout_*"}).json()
              ["delta_ett_pp"] for n in notes]
     assert all(g > 0 for g in gains), gains
+
+
+def test_ett_demo_worked_example_prints_docs_model_figures(service) -> None:
+    """docs/model.md section 6 posted, aggregated and read back: anyone can check it."""
+    out = _demo(service, "worked-example")
+    assert out.returncode == 0, out.stderr
+    assert "ETT 0.5625 (56.25 %), held 160 min" in out.stdout, out.stdout
+    for part in ("scheduling 2", "initialization 16", "compilation 15", "wasted_training 30",
+                 "unattributed 2", "shutdown 5", "effective_training 90"):
+        assert part in out.stdout, out.stdout
+    again = _demo(service, "worked-example")  # a rerun posts the same events
+    assert "accepted=0 duplicates=" in again.stdout, again.stdout
+
+
+def test_ett_impact_says_why_a_comparison_is_empty(service) -> None:
+    out = ett(service, "impact", "--model", "no_such_model_*", "--baseline-label",
+              "variant:baseline", "--candidate-label", "variant:optimized")
+    assert out.returncode == 1 and out.stdout == ""
+    line = out.stderr.strip()
+    assert len(line.splitlines()) == 1, out.stderr
+    assert line.startswith("ett impact: no ended job matched the baseline (--model"
+                           " no_such_model_* --baseline-label variant:baseline"), line
+    assert "and the candidate (" in line and "`ett aggregate`" in line
+    whatif = ett(service, "whatif", "--component", "compilation", "--reduction", "0.5",
+                 "--model", "no_such_model_*")
+    assert whatif.returncode == 1
+    assert whatif.stderr.startswith("ett whatif: no ended job matched the cohort"), whatif.stderr

@@ -53,6 +53,11 @@ class Principal:
         """Scheduler events (attrs.source = "scheduler"): an adapter's, for any model."""
         return self.role in ("admin", "adapter")
 
+    @property
+    def default_team(self) -> str | None:
+        """A writer token made with a team gives it to the events that name none."""
+        return self.team if self.role == "writer" else None
+
     def may_read(self) -> bool:
         return self.role in ROLES
 

@@ -32,6 +32,7 @@ from service.wire.schema import openapi_components
 from service.wire.span_mapping import load_mapping
 
 from . import admin_routes, advice_routes, health, impact_routes, read_routes
+from .redoc import add_redoc
 from .request_metrics import HttpMetrics, MetricsMiddleware
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ def create_app(ctx: AppContext) -> FastAPI:
         title="ETT telemetry",
         version=__version__,
         description="Effective Training Time telemetry: ingest, results and metrics.",
+        redoc_url=None,  # ours (api/redoc.py): the package's still fetches a logo from a CDN
     )
+    add_redoc(app)
     s = ctx.settings
     if not ctx.auth.has_lookup:
         # Tokens from `ett tokens create`, beside the bootstrap admin token.

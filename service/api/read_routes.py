@@ -100,7 +100,8 @@ def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
         groups = summarise(rows, key)
         queue = (q.queue_window(conn, start, end, key, {"model": model, "team": team})
                  if key in (None, "model", "team") else {})
-        note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team)
+        note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team,
+                                                                           start, end)
     if key is None:
         out = [group_to_wire(None, groups.get(None), queue.get(None, 0.0))]
     else:

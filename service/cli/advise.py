@@ -13,6 +13,8 @@ from service.results.advice import fleet_checkpoint_advice
 from service.store.engine import open_database
 from service.wire.event import WireError, parse_rfc3339
 
+from .failures import UsageProblem
+
 COLUMNS = ("model", "team", "status", "failures", "mtbf_h", "save_s", "restart_s",
            "observed_min", "daly_min", "ettr_obs", "ettr_daly", "saving_gpu_h/day")
 
@@ -60,8 +62,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
     try:
         start, end = _window(args)
     except WireError as exc:
-        print(f"ett advise checkpoints: {exc}")
-        return 2
+        raise UsageProblem(str(exc)) from None
     with open_database(args.settings, pool_size=1) as db:
         advice = fleet_checkpoint_advice(db.engine, start, end, model_glob=args.model,
                                          team=args.team)
@@ -70,7 +71,8 @@ def _checkpoints(args: argparse.Namespace) -> int:
                           "models": advice}, indent=2))
     elif not advice:
         print(f"no attempts started between {start.isoformat()} and {end.isoformat()}"
-              " for the models asked")
+              " for the models asked (attempts posted since the aggregator's last pass are"
+              " not aggregated yet: `ett aggregate` runs one)")
     else:
         print(render_table(advice))
     return 0

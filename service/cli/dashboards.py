@@ -7,8 +7,9 @@ from what this command would write.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from .failures import UsageProblem
 
 DEFAULT_OUT = Path("dashboards/json")
 # The Kubernetes manifests are generated next to the committed deploy/ files of a checkout.
@@ -20,8 +21,9 @@ def _handler(args: argparse.Namespace) -> int:
         from dashboards import k8s
         from dashboards.render import render_all
     except ModuleNotFoundError as exc:  # the SDK is an optional dependency
-        print(f"ett dashboards: {exc}; install grafana-foundation-sdk", file=sys.stderr)
-        return 2
+        raise UsageProblem(
+            f"needs the Grafana SDK, which `make run` does not install ({exc}); add it with"
+            " `.venv/bin/pip install -e '.[dashboards]'` (`make test` installs it too)") from None
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     for name, text in render_all().items():

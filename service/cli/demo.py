@@ -8,31 +8,23 @@ import threading
 from service.demo.fleet import Regression
 from service.demo.poster import DemoOptions, run_demo
 
+from .failures import UsageProblem, token_of
+
 
 def _scenario(args: argparse.Namespace, token: str) -> int:
     from datetime import UTC, datetime
 
-    from service.demo import paired, rollout
-    from service.demo.poster import Poster, post_runs
+    from service.demo import showcase
+    from service.demo.poster import Poster
 
     now = datetime.now(UTC)
     poster = Poster(args.url, token)
     if args.scenario == "paired":
-        start = paired.start_for(now)
-        post_runs(poster, paired.paired_events(start), now)
-        print(f"paired benchmark from {start.isoformat()}: compare with"
-              " `ett impact --baseline-label variant:baseline"
-              " --candidate-label variant:optimized --model 'paired_*'`")
-    else:
-        start = rollout.start_for(now)
-        post_runs(poster, rollout.rollout_events(start), now)
-        for landing in rollout.landings(start):
-            r = poster.client.post("/v1/annotations", json=landing.annotation())
-            if r.status_code != 201:
-                print(f"annotation refused: {r.status_code} {r.text}")
-                return 1
-            print(f"annotation {r.json()['id']}: {landing.ts.date()} {landing.change}")
-        print("compare a change with `ett impact --around ID --days 7 --model 'rollout_*'`")
+        showcase.post_paired(poster, now, print)
+    elif args.scenario == "worked-example":
+        showcase.post_worked_example(poster, now, print)
+    elif not showcase.post_rollout(poster, now, print):
+        return 1
     print(f"posted: accepted={poster.accepted} duplicates={poster.duplicates}"
           f" rejected={poster.rejected}")
     return 0
@@ -41,25 +33,21 @@ def _scenario(args: argparse.Namespace, token: str) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.table:
         if args.scenario != "paired":
-            print("--table is for --scenario paired")
-            return 2
+            raise UsageProblem("--table is for --scenario paired")
         from service.demo.paired import paired_table
 
         print(paired_table())
         return 0
-    token = args.token or args.settings.admin_token_value()
-    if not token:
-        data_token = args.settings.data_dir / "admin-token"
-        if data_token.exists():
-            token = data_token.read_text().strip()
-    if not token:
-        print("ett demo needs a token: --token, ETT_ADMIN_TOKEN, or the embedded data dir's")
-        return 2
+    token = token_of(args, "demo")
     if args.scenario != "fleet":
         return _scenario(args, token)
+    try:
+        regressions = tuple(Regression.parse(r) for r in args.regress)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
     opts = DemoOptions(
         days=args.days, live=args.live, seed=args.seed, models=args.models,
-        regressions=tuple(Regression.parse(r) for r in args.regress),
+        regressions=regressions,
         time_scale=args.time_scale, failure_rate_per_hour=args.failure_rate,
         progress=not args.no_progress,
     )
@@ -89,9 +77,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--failure-rate", type=float, default=None,
                    help="interruptions per job-hour of training (default 0.015)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--scenario", choices=("fleet", "paired", "rollout"), default="fleet",
+    p.add_argument("--scenario", choices=("fleet", "paired", "rollout", "worked-example"),
+                   default="fleet",
                    help="fleet: the simulated fleet; paired: six models run baseline and"
-                        " optimized; rollout: six weeks of annotated changes landing")
+                        " optimized; rollout: six weeks of annotated changes landing;"
+                        " worked-example: docs/model.md's worked example (ETT 0.5625)")
     p.add_argument("--table", action="store_true",
                    help="with --scenario paired: print docs/impact.md's table and post nothing")
     p.set_defaults(func=_cmd_demo)

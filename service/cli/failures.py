@@ -14,6 +14,30 @@ from service.errors import EttError
 EXIT_CONFIG = 2
 
 
+class UsageProblem(Exception):
+    """A command used wrongly or not configured for it (a missing token, cohorts that cannot
+    be told apart): one line on stderr, exit code 2, like argparse's own usage errors."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def token_of(args: object, command: str) -> str:
+    """The token a command that talks to the service over HTTP sends: --token, else
+    ETT_ADMIN_TOKEN, else the one `make run` stored in the data directory."""
+    settings = args.settings  # type: ignore[attr-defined]
+    token = getattr(args, "token", None) or settings.admin_token_value()
+    stored = settings.data_dir / "admin-token"
+    if not token and stored.exists():
+        token = stored.read_text().strip()
+    if not token:
+        raise UsageProblem(
+            f"needs a token: pass --token TOKEN, set ETT_ADMIN_TOKEN, or run it where"
+            f" `make run` runs (it reads {stored}, which is not there)")
+    return token
+
+
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
@@ -31,7 +55,7 @@ def explain(exc: BaseException, database: str | None) -> str | None:
     where = f"PostgreSQL at {database}" if database else "the embedded PostgreSQL"
     from .serve import PortInUse
 
-    if isinstance(exc, PortInUse):
+    if isinstance(exc, PortInUse | UsageProblem):
         return exc.message
     if isinstance(exc, ValidationError):
         return _settings_problem(exc)

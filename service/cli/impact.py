@@ -16,22 +16,11 @@ import httpx
 from ett_core.impact import OVERHEAD_TERMS, SHRINKABLE
 from ett_core.taxonomy import COMPONENTS
 
-
-def _token(args: argparse.Namespace) -> str | None:
-    token = args.token or args.settings.admin_token_value()
-    if not token:
-        data_token = args.settings.data_dir / "admin-token"
-        if data_token.exists():
-            token = data_token.read_text().strip()
-    return token
+from .failures import UsageProblem, token_of
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> dict | None:
-    token = _token(args)
-    if not token:
-        print(f"ett {args.command} needs a token: --token, ETT_ADMIN_TOKEN, or the embedded"
-              " data dir's", file=sys.stderr)
-        return None
+    token = token_of(args, args.command)
     try:
         response = httpx.request(method, args.url.rstrip("/") + path, timeout=30,
                                  headers={"Authorization": f"Bearer {token}"}, **kwargs)
@@ -99,7 +88,53 @@ def _hours(seconds: float | None) -> float | None:
     return None if seconds is None else seconds / 3600
 
 
+_HOW_TO_COMPARE = (
+    "pass two labels (--baseline-label variant:baseline --candidate-label variant:optimized),"
+    " two periods (--baseline-start/--baseline-end and --candidate-start/--candidate-end),"
+    " or --around ANNOTATION_ID")
+NOT_AGGREGATED = ("jobs posted since the last aggregation pass are not aggregated yet: run"
+                  " `ett aggregate` or wait for the aggregator (ETT_AGGREGATE_INTERVAL_S,"
+                  " 30 s by default)")
+
+
+def _same_cohorts(args: argparse.Namespace) -> bool:
+    """True when the call would compare a cohort with itself (the API takes a missing side's
+    bounds from the other side)."""
+    if args.around is not None:
+        return False
+    b = (args.baseline_start or args.candidate_start, args.baseline_end or args.candidate_end)
+    c = (args.candidate_start or args.baseline_start, args.candidate_end or args.baseline_end)
+    return b == c and sorted(args.baseline_label) == sorted(args.candidate_label)
+
+
+def _filters(args: argparse.Namespace, side: str) -> str:
+    shown = [f"--{k} {v}" for k, v in (("model", args.model), ("team", args.team)) if v]
+    shown += [f"--{side}-label {v}" for v in getattr(args, f"{side}_label")]
+    return " ".join(shown) or "no filter"
+
+
+def _span(cohort: dict[str, Any]) -> str:
+    sel = cohort.get("selector") or {}
+    return f"{str(sel.get('start', '?'))[:16]} to {str(sel.get('end', '?'))[:16]} UTC"
+
+
+def empty_cohorts(doc: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """Why the comparison is empty, or None: a side without ended jobs compares nothing."""
+    empty = [side for side in ("baseline", "candidate") if not doc[side]["jobs"]]
+    if not empty:
+        return None
+    sides = " and the ".join(f"{side} ({_filters(args, side)}, {_span(doc[side])})"
+                             for side in empty)
+    running = sum(doc[side].get("running_excluded") or 0 for side in empty)
+    also = f"; {running} running job(s) matched, and only ended jobs count" if running else ""
+    return (f"no ended job matched the {sides}{also}. Check --model (a glob, e.g. 'ads_*';"
+            f" `ett report --by model` lists them), --team and the labels; {NOT_AGGREGATED}")
+
+
 def _cmd_impact(args: argparse.Namespace) -> int:
+    if _same_cohorts(args):
+        raise UsageProblem("the baseline and the candidate are the same cohort (same window,"
+                           " same labels), so there is nothing to compare; " + _HOW_TO_COMPARE)
     params: list[tuple[str, Any]] = [(k, v) for k, v in (
         ("baseline_start", args.baseline_start), ("baseline_end", args.baseline_end),
         ("candidate_start", args.candidate_start), ("candidate_end", args.candidate_end),
@@ -110,7 +145,14 @@ def _cmd_impact(args: argparse.Namespace) -> int:
     doc = _call(args, "GET", "/v1/impact", params=params)
     if doc is None:
         return 1
-    print(json.dumps(doc, indent=2) if args.json else impact_table(doc))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    why = empty_cohorts(doc, args)
+    if why is not None:
+        print(f"ett impact: {why}", file=sys.stderr)
+        return 1
+    print(impact_table(doc))
     return 0
 
 
@@ -125,6 +167,10 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
+    if not doc["cohort"]["jobs"]:
+        print(f"ett whatif: no ended job matched the cohort ({_span(doc['cohort'])});"
+              f" check --model, --team and --label; {NOT_AGGREGATED}", file=sys.stderr)
+        return 1
     saved, proj = doc["gpu_seconds_saved"], doc["projected_ett_ratio"]
     print(f"cohort: {doc['cohort']['jobs']} jobs, ETT {_pct(doc['ett_ratio'])}")
     print(f"{doc['component']} shrunk by {100 * doc['reduction']:.0f}%:")

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from service.console.formats import seconds as duration
+
+from .failures import UsageProblem
 
 GPU_H = 3600.0
 
@@ -28,17 +32,38 @@ def _hours(gpu_seconds: float) -> str:
     return f"{gpu_seconds / GPU_H:,.1f}"
 
 
-def _ett_table(answer: dict[str, Any], title: str, key_name: str) -> Table:
+def scope_of(model: str | None, team: str | None) -> str:
+    """What the one row of an ungrouped report covers."""
+    parts = [f"team {team}" if team else "", f"model {model}" if model else ""]
+    return ", ".join(p for p in parts if p) or "fleet"
+
+
+def _ett_table(answer: dict[str, Any], title: str, key_name: str, scope: str) -> Table:
     table = Table(title=title, title_justify="left")
     for name, justify in ((key_name, "left"), ("held GPU-h", "right"), ("ETT", "right"),
                           ("effective GPU-h", "right"), ("at risk GPU-h", "right"),
                           ("unreported", "right"), ("queue h", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for g in answer["groups"]:
-        table.add_row(str(g["key"] if g["key"] is not None else "fleet"),
+        table.add_row(str(g["key"] if g["key"] is not None else scope),
                       _hours(g["held_gpu_seconds"]), _pct(g["ett_ratio"]),
                       _hours(g["effective_gpu_seconds"]), _hours(g["at_risk_gpu_seconds"]),
                       _pct(g.get("unreported_ratio")), f"{g.get('queue_seconds', 0) / 3600:,.1f}")
+    return table
+
+
+def _share_table(answer: dict[str, Any], title: str, key_name: str) -> Table:
+    """`--by component|owner`: each row is a slice of the held time, so what it means is its
+    GPU-hours and its share of the held total (an ETT per component would be 100 % for
+    effective_training and 0 % for the rest)."""
+    held = sum(g["held_gpu_seconds"] for g in answer["groups"])
+    table = Table(title=title, title_justify="left")
+    table.add_column(key_name)
+    table.add_column("GPU-h", justify="right")
+    table.add_column("share of held", justify="right")
+    for g in sorted(answer["groups"], key=lambda g: -g["held_gpu_seconds"]):
+        table.add_row(str(g["key"]), _hours(g["held_gpu_seconds"]),
+                      _pct(g["held_gpu_seconds"] / held if held else None))
     return table
 
 
@@ -48,7 +73,7 @@ def _components_table(components: dict[str, float], held: float, unit: str) -> T
     table.add_column(unit, justify="right")
     table.add_column("share", justify="right")
     for name, value in sorted(components.items(), key=lambda kv: -kv[1]):
-        shown = _hours(value) if unit == "GPU-h" else f"{value:,.0f}"
+        shown = _hours(value) if unit == "GPU-h" else duration(value)
         table.add_row(name, shown, _pct(value / held if held else None))
     return table
 
@@ -65,28 +90,57 @@ def _bill_tables(bill: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def _instant(value: Any, day: str) -> str:
+    """A time of day (with milliseconds) when the instant falls on `day`, else the date too:
+    the attempts table stays within 80 columns."""
+    if value is None:
+        return "-"
+    at = datetime.fromisoformat(str(value)).astimezone(UTC)
+    clock = f"{at:%H:%M:%S}.{at.microsecond // 1000:03d}"
+    return clock if f"{at:%Y-%m-%d}" == day else f"{at:%m-%d} {clock}"
+
+
 def _job_tables(job: dict[str, Any]) -> list[Table]:
-    attempts = Table(title="attempts", title_justify="left")
-    for name in ("attempt", "allocated", "released", "gpus", "end cause", "held s", "startup s",
-                 "held by", "queue s"):
-        attempts.add_column(name)
+    first = job["attempts"][0]["allocated_at"] if job["attempts"] else None
+    day = f"{datetime.fromisoformat(str(first)).astimezone(UTC):%Y-%m-%d}" if first else ""
+    attempts = Table(title=f"attempts (UTC, {day})" if day else "attempts",
+                     title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("#", "allocated", "released", "gpus", "end cause", "held", "startup"):
+        attempts.add_column(name, no_wrap=True,
+                            justify="right" if name in ("gpus", "held", "startup") else "left")
     for a in job["attempts"]:
-        attempts.add_row(str(a["attempt"]), str(a["allocated_at"]), str(a["released_at"] or "-"),
-                         str(a["gpus"]), a["end_cause"], f"{a['held_seconds']:,.0f}",
-                         f"{a['startup_seconds']:,.0f}", a.get("held_by", "trainer")
-                         + ("" if a.get("instrumented", True) else " (uninstrumented)"),
-                         f"{a.get('queue_seconds', 0):,.0f}")
+        attempts.add_row(str(a["attempt"]), _instant(a["allocated_at"], day),
+                         _instant(a["released_at"], day), str(a["gpus"]), a["end_cause"],
+                         duration(a["held_seconds"]), duration(a["startup_seconds"]))
     l1 = job["level1"]
     level1 = Table(title="Level 1", title_justify="left")
     level1.add_column("term")
-    level1.add_column("seconds", justify="right")
-    level1.add_row("effective", f"{job['effective_seconds']:,.0f}")
-    level1.add_row("TTS", f"{l1['tts_seconds']:,.0f}")
-    level1.add_row(f"TTR (NoF {l1['nof']})", f"{sum(l1['ttr_seconds']):,.0f}")
-    level1.add_row("in-loop overhead", f"{l1['in_loop_overhead_seconds']:,.0f}")
-    level1.add_row("final shutdown", f"{l1['final_shutdown_seconds']:,.0f}")
-    return [attempts, _components_table(job["components"], job["held_seconds"], "seconds"),
-            level1]
+    level1.add_column("time", justify="right")
+    level1.add_row("effective", duration(job["effective_seconds"]))
+    level1.add_row("TTS", duration(l1["tts_seconds"]))
+    level1.add_row(f"TTR (NoF {l1['nof']})", duration(sum(l1["ttr_seconds"])))
+    level1.add_row("in-loop overhead", duration(l1["in_loop_overhead_seconds"]))
+    level1.add_row("final shutdown", duration(l1["final_shutdown_seconds"]))
+    tables = [attempts, _components_table(job["components"], job["held_seconds"], "time"),
+              level1]
+    if any(a.get("held_by") == "scheduler" for a in job["attempts"]):
+        tables.insert(1, _scheduler_table(job))
+    return tables
+
+
+def _scheduler_table(job: dict[str, Any]) -> Table:
+    """Whose instants bound each attempt, and its queue time (docs/model.md section 24)."""
+    table = Table(title="the scheduler's word", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("#", "held by", "trainer", "queued", "unreported"):
+        table.add_column(name, no_wrap=True,
+                         justify="right" if name in ("queued", "unreported") else "left")
+    for a in job["attempts"]:
+        table.add_row(str(a["attempt"]), a.get("held_by", "trainer"),
+                      "reported" if a.get("instrumented", True) else "none (uninstrumented)",
+                      duration(a.get("queue_seconds") or 0), "")
+    table.add_row("job", "", "", duration(job.get("queue_seconds") or 0),
+                  _pct(job.get("unreported_ratio")))
+    return table
 
 
 def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list[Any]]:
@@ -102,7 +156,8 @@ def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list
             raise NotFound(f"job {args.job!r} is unknown or not aggregated yet"
                            " (`ett aggregate` runs a pass)")
         head = (f"job {job['job_id']} ({job['model']}, team {job['team']}): {job['state']},"
-                f" ETT {_pct(job['ett_ratio'])} of {job['held_seconds']:,.0f} held seconds")
+                f" ETT {_pct(job['ett_ratio'])}, held {duration(job['held_seconds'])},"
+                f" effective {duration(job['effective_seconds'])}")
         return job, [head, *_job_tables(job)]
     default = timedelta(days=7) if args.bill else timedelta(days=1)
     start, end = rr.parse_window(args.start, args.end, now, default=default)
@@ -114,7 +169,11 @@ def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list
         return bill, [head, *_bill_tables(bill), bill.get("note", "")]
     group_by = args.by or "none"
     answer = rr.ett_window(engine, start, end, group_by, args.model, args.team)
-    shown: list[Any] = [_ett_table(answer, f"ETT, {window}", group_by if args.by else "scope")]
+    if args.by in ("component", "owner"):
+        title = f"held GPU-hours by {args.by}, {window}"
+        return answer, [_share_table(answer, title, args.by), answer.get("note", "")]
+    scope = scope_of(args.model, args.team)
+    shown: list[Any] = [_ett_table(answer, f"ETT, {window}", args.by or "scope", scope)]
     if not args.by:
         fleet = answer["groups"][0]
         shown.append(_components_table(fleet["components"], fleet["held_gpu_seconds"], "GPU-h"))
@@ -125,8 +184,9 @@ def _run(args: argparse.Namespace) -> int:
     from service.store.engine import open_database
 
     if args.bill and not args.team:
-        print("ett report: --bill needs --team TEAM", file=sys.stderr)
-        return 2
+        raise UsageProblem("--bill needs --team TEAM (the team whose lost GPU-hours to list)")
+    if args.job and (args.by or args.bill or args.team or args.model):
+        raise UsageProblem("--job shows one job; leave out --by, --team, --model and --bill")
     with open_database(args.settings, pool_size=1) as db:
         answer, shown = _answer(args, db.engine)
     if args.json:

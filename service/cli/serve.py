@@ -82,8 +82,8 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         print(f"  aggregator: {'on' if aggregator else 'off (API-only replica)'}", flush=True)
         print(f"  console: {base}/ui/ (sign in with a token)", flush=True)
         if demo:
-            print("  demo fleet: back-filling 2 days, then posting live (ett demo --help)",
-                  flush=True)
+            print("  demo fleet: back-filling 2 days, the paired benchmark and an annotated"
+                  " roll-out, then live", flush=True)
         if demo:
             _start_demo(base, db.admin_token, stop)
         # uvicorn re-raises the signal that stopped it once it has drained; turning SIGTERM
@@ -151,11 +151,14 @@ def _start_background(ctx: AppContext, *, aggregator: bool, stop: threading.Even
 
 def _start_demo(base_url: str, token: str | None, stop: threading.Event) -> threading.Thread | None:
     from service.demo.poster import DemoOptions, run_demo_in_background
+    from service.demo.showcase import SHOWCASE_FAILURE_RATE, post_showcase
 
     if token is None:
         log.warning("demo: no admin token, cannot post the demo fleet")
         return None
-    return run_demo_in_background(base_url, token, DemoOptions(days=2, live=True), stop)
+    return run_demo_in_background(base_url, token, DemoOptions(
+        days=2, live=True, failure_rate_per_hour=SHOWCASE_FAILURE_RATE), stop,
+        after_backfill=post_showcase)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -22,14 +22,21 @@ def hours(value: float | None) -> str:
 
 
 def seconds(value: float | None) -> str:
-    """Plain seconds as h/min/s: Level-1 figures run from seconds to days."""
+    """Plain seconds as h/min/s/ms: figures run from milliseconds (a first job's phases)
+    to days, and each keeps three significant digits or more."""
     if value is None:
         return DASH
     if value >= 3600:
         return f"{value / 3600:.2f} h"
     if value >= 60:
         return f"{value / 60:.1f} min"
-    return f"{value:.1f} s"
+    if value >= 10:
+        return f"{value:.1f} s"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value == 0:
+        return "0 s"
+    return f"{value * 1000:.3g} ms"
 
 
 def when(value: datetime | str | None) -> str:

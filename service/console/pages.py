@@ -65,11 +65,21 @@ def _window(req: PageRequest, default: str = DEFAULT_WINDOW
 
 def _series(engine: Engine, start: datetime, end: datetime, step: str,
             **filters: str | None) -> dict[str, Any]:
-    """Chart data: epoch seconds, ETT per step, GPU-hours per component per step."""
+    """Chart data: epoch seconds, ETT per step, GPU-hours per component per step, and the
+    window the x-axis spans (not only the data's), with where the step still in progress
+    begins (its figures grow until it ends, so the charts mark it as partial)."""
     first = q.floor_hour(start) if step == "hour" else q.floor_day(start)
+    current = q.floor_hour(end) if step == "hour" else q.floor_day(end)
     with engine.connect() as conn:
         rows = component_series(conn, first, end, step, filters)
+    # Every step of the window, zero where nothing was held: a quiet stretch is drawn flat
+    # (and the ETT line broken there), not bridged by a line between the steps around it.
+    stride = timedelta(hours=1) if step == "hour" else timedelta(days=1)
     steps: dict[datetime, dict[str, int]] = {}
+    at = first
+    while at < end:
+        steps[at] = dict.fromkeys(COMPONENTS, 0)
+        at += stride
     for row in rows:
         steps.setdefault(row["at"], dict.fromkeys(COMPONENTS, 0))[row["component"]] += row["held"]
     xs = sorted(steps)
@@ -79,7 +89,9 @@ def _series(engine: Engine, start: datetime, end: datetime, step: str,
         ett.append(steps[at]["effective_training"] / held if held else None)
     return {"x": [int(at.timestamp()) for at in xs], "ett": ett,
             "components": {c: [steps[at][c] / 1e6 / HOUR_S for at in xs] for c in COMPONENTS},
-            "colours": COLOURS}
+            "colours": COLOURS, "start": int(start.timestamp()), "end": int(end.timestamp()),
+            "partial_from": int(current.timestamp()) if current < end else None,
+            "step": step, "empty": not rows}
 
 
 def fleet(req: PageRequest) -> dict[str, Any]:
@@ -96,7 +108,7 @@ def fleet(req: PageRequest) -> dict[str, Any]:
 
 
 def team(req: PageRequest) -> dict[str, Any]:
-    name, start, end, _step = _window(req)
+    name, start, end, step = _window(req)
     team_name = req.path["team"]
     models = [m for m in models_overview(req.engine, req.now)["models"]
               if m["team"] == team_name]
@@ -114,7 +126,7 @@ def team(req: PageRequest) -> dict[str, Any]:
     totals = ett_window(req.engine, start, end, "none", None, team_name)["groups"][0]
     return {"team": team_name, "window": name, "windows": list(WINDOWS), "start": start,
             "end": end, "models": models, "bill": bill, "slos": slos, "slo_note": slo_note,
-            "total": totals}
+            "total": totals, "series": _series(req.engine, start, end, step, team=team_name)}
 
 
 def _level1(rows: list[dict[str, Any]]) -> dict[str, Any]:

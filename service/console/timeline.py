@@ -10,13 +10,24 @@ it then needs no script and prints as it shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ett_core.taxonomy import COMPONENTS
 
+from .formats import seconds as _span
+
 WIDTH = 960
-LABEL_W = 110
+# Lane labels are two lines ("attempt 12" over its end cause), each at most ~17 characters
+# of 11 px text, so this column holds them whole.
+LABEL_W = 124
+RIGHT_PAD = 10
+MAX_TICKS = 6
+# Candidate tick spacings, in seconds: the axis takes the smallest that gives at most
+# MAX_TICKS ticks, so labels are a round step apart and never overprint.
+_STEPS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30,
+          60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+          2 * 86400, 7 * 86400, 14 * 86400, 28 * 86400)
 LANE_H = 26
 LANE_GAP = 12
 TOP = 8
@@ -69,6 +80,7 @@ class Lane:
     attempt: int
     y: float
     label: str
+    cause: str
     bars: tuple[Bar, ...]
     marks: tuple[Mark, ...]
     scheduler: Span | None = None  # allocation to release, as the scheduler reported them
@@ -89,12 +101,47 @@ def _merge(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _span(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.0f} s"
+def _instant(ts: datetime) -> str:
+    return f"{ts:%Y-%m-%d %H:%M:%S}.{ts.microsecond // 1000:03d}"
+
+
+def _tick_label(ts: datetime, step_s: float, with_day: bool) -> str:
+    if step_s >= 86400:
+        return f"{ts:%m-%d}"
+    if step_s >= 60:
+        text = f"{ts:%H:%M}"
+    elif step_s >= 1:
+        text = f"{ts:%H:%M:%S}"
+    else:
+        text = f"{ts:%H:%M:%S}.{ts.microsecond // 1000:03d}"
+    return f"{ts:%m-%d} {text}" if with_day else text
+
+
+def axis_ticks(t0: datetime, t1: datetime, x_of: Any) -> list[dict[str, Any]]:
+    """Ticks at round instants (multiples of a step from the epoch, UTC) within [t0, t1]:
+    each label is distinct; the date is written on the first tick and where it changes,
+    or on every tick when the span is a day or more.
+    A label near an edge leans inwards, so it stays inside the drawing."""
+    span_s = max((t1 - t0).total_seconds(), 0.001)
+    step_s = next((s for s in _STEPS if span_s / s <= MAX_TICKS - 1), _STEPS[-1])
+    step_us = round(step_s * 1e6)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    t0_us = (t0 - epoch) // timedelta(microseconds=1)
+    first_us = -(-t0_us // step_us) * step_us  # the first multiple at or after t0
+    ticks, day = [], None
+    long_span = span_s >= 86400 and step_s < 86400
+    t_us = first_us
+    while (ts := epoch + timedelta(microseconds=t_us)) <= t1:
+        x = x_of(ts)
+        # Over a day or more the same time of day recurs: every tick then names its day.
+        label = _tick_label(ts, step_s, ts.date() != day or long_span)
+        day = ts.date()
+        half = 3.2 * len(label)  # half the label's width at 10 px
+        anchor = ("start" if x - half < LABEL_W else "end" if x + half > WIDTH - 2
+                  else "middle")
+        ticks.append({"x": x, "label": label, "anchor": anchor})
+        t_us += step_us
+    return ticks
 
 
 def _spans(attempt: dict[str, Any], end: datetime | None,
@@ -127,8 +174,8 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
         return {"lanes": [], "width": WIDTH, "height": TOP + AXIS_H, "ticks": [],
                 "colours": COLOURS}
     t0, t1 = min(instants), max(instants)
-    span_s = max((t1 - t0).total_seconds(), 1.0)
-    scale = (WIDTH - LABEL_W - 10) / span_s
+    span_s = max((t1 - t0).total_seconds(), 0.001)
+    scale = (WIDTH - LABEL_W - RIGHT_PAD) / span_s
 
     def x_of(ts: datetime) -> float:
         return round(LABEL_W + (ts - t0).total_seconds() * scale, 2)
@@ -148,7 +195,7 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
                 component=seg["component"], phase=seg["phase"], lost=lost,
                 settled=seg["settled"], gap=seg["phase"] in GAP_PHASES,
                 title=f"{seg['phase']} ({seg['component']}{at_risk}): {_span(secs)} from "
-                      f"{seg['start_at']:%Y-%m-%d %H:%M:%S}"))
+                      f"{_instant(seg['start_at'])}"))
         lane_marks = []
         for m in (m for m in marks if m["attempt"] == number):
             attrs = m["attrs"] or {}
@@ -162,14 +209,9 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
         end = max((s["end_at"] for s in merged if s["attempt"] == number), default=None)
         scheduler, trainer = _spans(attempt, end, x_of)
         lanes.append(Lane(attempt=number, y=TOP + i * (LANE_H + LANE_GAP),
-                          label=f"attempt {number} · {cause}", bars=tuple(bars),
+                          label=f"attempt {number}", cause=cause, bars=tuple(bars),
                           marks=tuple(lane_marks), scheduler=scheduler, trainer=trainer))
     height = TOP + len(lanes) * (LANE_H + LANE_GAP) + AXIS_H
-    ticks = []
-    for k in range(6):
-        ts = t0 + (t1 - t0) * (k / 5)
-        # The end labels lean inwards, so the first and last stay inside the drawing.
-        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
-        ticks.append({"x": x_of(ts), "label": f"{ts:%m-%d %H:%M}", "anchor": anchor})
+    ticks = axis_ticks(t0, t1, x_of)
     return {"lanes": lanes, "width": WIDTH, "height": height, "ticks": ticks,
             "lane_h": LANE_H, "colours": COLOURS, "axis_y": height - AXIS_H + 4}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -63,8 +63,10 @@ class Poster:
 
 def run_demo(base_url: str, token: str, opts: DemoOptions,
              stop: threading.Event | None = None,
-             backfilled: threading.Event | None = None) -> Poster:
-    """Post the back-fill, then (with `live`) keep posting; `backfilled` is set between."""
+             backfilled: threading.Event | None = None,
+             after_backfill: Callable[[Poster, datetime], None] | None = None) -> Poster:
+    """Post the back-fill, then `after_backfill` (what `ett serve --demo` adds), then (with
+    `live`) keep posting; `backfilled` is set before the live part."""
     stop = stop or threading.Event()
     spec = FleetSpec(models=opts.models, seed=opts.seed, regressions=opts.regressions,
                      time_scale=opts.time_scale)
@@ -105,6 +107,8 @@ def run_demo(base_url: str, token: str, opts: DemoOptions,
         bar.n = bar.total
         bar.close()
     log.info("demo: back-filled %d events (%d duplicates)", poster.accepted, poster.duplicates)
+    if after_backfill is not None:
+        after_backfill(poster, now)
     if backfilled is not None:
         backfilled.set()
     if not opts.live:
@@ -122,7 +126,9 @@ def run_demo(base_url: str, token: str, opts: DemoOptions,
 
 
 def run_demo_in_background(base_url: str, token: str, opts: DemoOptions,
-                           stop: threading.Event) -> threading.Thread:
+                           stop: threading.Event,
+                           after_backfill: Callable[[Poster, datetime], None] | None = None,
+                           ) -> threading.Thread:
     def target() -> None:
         # Wait for the API to be up: the demo starts beside the server.
         deadline = time.monotonic() + 60
@@ -133,7 +139,7 @@ def run_demo_in_background(base_url: str, token: str, opts: DemoOptions,
             except httpx.HTTPError:
                 time.sleep(0.5)
         try:
-            run_demo(base_url, token, opts, stop)
+            run_demo(base_url, token, opts, stop, after_backfill=after_backfill)
         except Exception:
             log.exception("demo fleet stopped")
 

@@ -54,6 +54,29 @@ class WriteScope(Protocol):
     def team_claim_error(self, model: str, team: str | None,
                          configured_owner: str | None) -> str | None: ...
 
+    @property
+    def default_team(self) -> str | None: ...
+
+
+_TEAM_COLUMN = 8  # of a COPY text line (`store.events.COLUMNS`)
+
+
+def default_team_of(principal: WriteScope, team: str | None,
+                    configured_owner: str | None) -> str | None:
+    """The team a team-less event is stored with: the writer token's own team, unless the
+    taxonomy gives the model another owner (then the event stays team-less and the taxonomy
+    decides, as it would anyway)."""
+    default = principal.default_team
+    if team is not None or default is None:
+        return team
+    return default if configured_owner in (None, default) else None
+
+
+def with_team(line: str, team: str) -> str:
+    parts = line.split("\t")
+    parts[_TEAM_COLUMN] = team
+    return "\t".join(parts)
+
 
 @dataclass
 class ValidatedBatch:
@@ -179,6 +202,10 @@ def validate_batch(
             line, job_id, model, team = line_of(event), event.job_id, event.model, event.team
         else:
             line, job_id, model, team = fast
+        if team is None and principal.default_team is not None:
+            filled = default_team_of(principal, team, owner_of(model))
+            if filled is not None:
+                line, team = with_team(line, filled), filled
         key = (model, team, is_scheduler_event(obj))
         if key not in scope:
             scope[key] = _scope_error(principal, model, team, key[2], owner_of)

@@ -158,6 +158,8 @@ def decide_whole(
             [e.ts for e in events], now - timedelta(seconds=max_age_s),
             now + timedelta(seconds=max_future_s)):
         return None
+    if principal.default_team is not None and any(e.team is None for e in events):
+        return None  # the per-event path gives team-less events the token's team
     jobs = {e.job_id for e in events}
     scopes = {(e.model, e.team) for e in events}
     kinds = {(e.type, e.phase, e.gpus is None) for e in events}

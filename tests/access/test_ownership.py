@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from ett_core import Taxonomy
+from service.aggregate import Aggregator
 from tests.access.test_access import auth, client, make_client, post, taxonomy_file, token
 from tests.factories import event, spec_example
 
@@ -38,7 +40,8 @@ def test_a_writer_may_not_post_its_model_into_another_teams_job(client, db_engin
     assert [x["index"] for x in body["rejected"]] == [0, 1]
     error = body["rejected"][0]["error"]
     assert "'rank-1'" in error and "'search'" in error and "'ads_x'" in error
-    assert set(job_models(db_engine, "rank-1")) == {("search", None), ("search", "search")}
+    # The search writer's team-less events took its token's team.
+    assert set(job_models(db_engine, "rank-1")) == {("search", "search")}
     # Retried, the same answer (nothing stored meanwhile, the valid one a duplicate).
     again = post(client, ads, hostile).json()
     assert (again["accepted"], again["duplicates"], len(again["rejected"])) == (0, 1, 2)
@@ -67,3 +70,27 @@ def test_ownership_holds_on_the_copy_path_of_large_batches(client, db_engine) ->
     assert body["accepted"] == 10 and len(body["rejected"]) == 49
     assert job_models(db_engine, "big") == [("one", None)]
     _ = auth  # the shared helpers
+
+
+def test_a_writer_tokens_team_is_the_default_team_of_its_events(client, db_engine) -> None:
+    """`ett tokens create --role writer --team ads`: an event naming no team is stored with
+    the token's team, so the job is billed to ads, not `unassigned`."""
+    ads = token(db_engine, "writer", "ads", ("ads_*",))
+    one = [e for e in spec_example(job_id="ads-teamless", model="ads_new")
+           if e["type"] != "failure"]
+    for e in one:
+        e.pop("team", None)
+    assert post(client, ads, one).json()["accepted"] == len(one)
+    assert job_models(db_engine, "ads-teamless") == [("ads_new", "ads")]
+    # A model the taxonomy gives to another team keeps no team: the taxonomy decides.
+    shared = [event("allocated", 0, job_id="shared-teamless", model="ads_shared", gpus=1)]
+    assert post(client, ads, shared).json()["accepted"] == 1
+    assert job_models(db_engine, "shared-teamless") == [("ads_shared", None)]
+    # An admin token adds no team.
+    admin = {"Authorization": "Bearer test-admin-token"}
+    admin_job = [event("allocated", 0, job_id="admin-teamless", model="ads_new", gpus=1)]
+    assert post(client, admin, admin_job).json()["accepted"] == 1
+    assert job_models(db_engine, "admin-teamless") == [("ads_new", None)]
+    Aggregator(db_engine, Taxonomy.default()).run_pass()
+    job = client.get("/v1/jobs/ads-teamless", headers=admin).json()
+    assert job["team"] == "ads"

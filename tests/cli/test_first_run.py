@@ -138,8 +138,8 @@ def test_report_of_a_team_bill_and_of_one_job(aggregated, capsys) -> None:
     assert ["compilation", "2.0"] in rows(out) and ["model-a", "2.0"] in rows(out)
     assert main(["report", "--job", "job-1"]) == 0
     out = capsys.readouterr().out
-    assert "ETT 56.2% of 9,600 held seconds" in out
-    assert ["TTR (NoF 1)", "2,640"] in rows(out), out  # TTR_1 = 44 min
+    assert "ETT 56.2%, held 2.67 h, effective 1.50 h" in out  # 160 and 90 minutes
+    assert ["TTR (NoF 1)", "44.0 min"] in rows(out), out  # TTR_1 = 44 min
     assert main(["report", "--bill"]) == 2
     assert main(["report", "--job", "nope"]) == 2
     assert "job 'nope' is unknown" in capsys.readouterr().err

@@ -79,3 +79,17 @@ def post_all(client: Any, events: list[dict[str, Any]], headers: dict | None = N
         r = client.post("/v1/events", json={"events": events[i:i + size]},
                         headers=headers or {})
         assert r.status_code == 202 and not r.json()["rejected"], r.text
+
+
+def first_job(job_id: str, base: datetime, minute: float) -> list[dict[str, Any]]:
+    """The README snippet's job, its phases `minute` long units apart: compilation 0-40,
+    training 40-140, released at 150 (with minute = 1 ms: a 150 ms job)."""
+    from tests.factories import event
+
+    def e(kind: str, at: float, **kw: Any) -> dict[str, Any]:
+        return event(kind, at * minute, job_id=job_id, model="my_model", base=base, **kw)
+
+    return [e("allocated", 0, gpus=8, team="my-team"),
+            e("phase_start", 0, phase="compilation"), e("phase_end", 40, phase="compilation"),
+            e("phase_start", 40, phase="training"), e("phase_end", 140, phase="training"),
+            e("released", 150, attrs={"reason": "completed"})]

@@ -18,7 +18,7 @@ import pytest
 
 from service.demo import paired
 from tests.conftest import REPO
-from tests.console.console_helpers import as_number, fleet_until_now, post_all
+from tests.console.console_helpers import as_number, first_job, fleet_until_now, post_all
 from tests.factories import spec_example
 
 pytestmark = [pytest.mark.slow, pytest.mark.db]
@@ -28,9 +28,10 @@ SHOTS = REPO / "artifacts" / "console"
 sync_api = pytest.importorskip("playwright.sync_api")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(pg_server_url: str) -> Iterator[Any]:
-    """A real `ett serve` holding a demo fleet of the last day and the worked example job."""
+    """A real `ett serve` holding a demo fleet of the last day and the worked example job
+    (one per session: test_console_layout.py visits the same fleet)."""
     from tests.conftest import ServiceProcess, create_database
 
     proc = ServiceProcess(create_database(pg_server_url, "ett_console"))
@@ -39,6 +40,9 @@ def served(pg_server_url: str) -> Iterator[Any]:
         post_all(api, fleet_until_now(models=6, hours=26))
         base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=5)
         post_all(api, spec_example(job_id="example-1", model="model-example", base=base))
+        # The README snippet's first job at its shortest (150 ms) and at a few seconds.
+        for job_id, scale in (("first-ms", 1 / 60_000), ("first-s", 1 / 60)):
+            post_all(api, first_job(job_id, base + timedelta(hours=1), scale))
         # The paired demo's baseline and optimized runs, for the impact page.
         paired_start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=6)
         post_all(api, [e for run in paired.paired_events(paired_start) for e in run])
@@ -90,7 +94,7 @@ def test_the_fleet_page_draws_its_charts_and_shows_the_apis_figures(page: Any,
                                                                    served: Any) -> None:
     _, api = served
     _visit(page, "/ui/", "fleet")
-    assert page.locator(".chart .uplot").count() == 2  # both charts drawn by uPlot
+    assert page.locator(".chart .uplot").count() == 3  # every chart drawn by uPlot
     span = page.locator("[data-start]")
     window = {"start": span.get_attribute("data-start"), "end": span.get_attribute("data-end")}
     total = api.get("/v1/ett", params=window).json()["groups"][0]
@@ -115,7 +119,7 @@ def test_team_model_and_job_pages_follow_the_links(page: Any, served: Any) -> No
     page.click("table.models tbody tr:first-child a")
     page.wait_for_load_state("networkidle")
     page.screenshot(path=str(SHOTS / "model.png"), full_page=True)
-    assert page.locator(".chart .uplot").count() == 2
+    assert page.locator(".chart .uplot").count() == 3
     page.click("table.jobs tbody tr:first-child a")
     page.wait_for_load_state("networkidle")
     job_id = page.url.rsplit("/", 1)[1]

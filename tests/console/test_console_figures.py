@@ -3,6 +3,7 @@ SLO burn, on worked examples checked by hand and Hypothesis properties."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -34,13 +35,45 @@ def test_hour_clipped_pieces_of_one_phase_are_one_bar() -> None:
     t = layout([{"attempt": 0, "end_cause": "infra"}], segments, marks)
     (lane,) = t["lanes"]
     assert [b.phase for b in lane.bars] == ["compilation", "training", "lost_progress"]
-    # 150 minutes over the 960 - 110 - 10 = 840 px drawing: 5.6 px a minute.
+    # 150 minutes over the 960 - 124 - 10 = 826 px drawing (rounded to 0.01 px).
     scale = (WIDTH - LABEL_W - 10) / (150 * 60)
-    assert lane.bars[1].x == pytest.approx(LABEL_W + 50 * 60 * scale)
-    assert lane.bars[1].w == pytest.approx(80 * 60 * scale)  # 448 px
+    assert lane.bars[1].x == pytest.approx(LABEL_W + 50 * 60 * scale, abs=0.005)
+    assert lane.bars[1].w == pytest.approx(80 * 60 * scale, abs=0.005)
     assert lane.bars[2].lost and not lane.bars[1].lost
     assert [(m.kind, m.x) for m in lane.marks] == [("failure", WIDTH - 10)]
     assert "failure (infra)" in lane.marks[0].title
+    assert (lane.label, lane.cause) == ("attempt 0", "infra")
+    # 150 minutes: a tick every 30 minutes, the date on the first only.
+    assert [k["label"] for k in t["ticks"]] == ["11-01 00:00", "00:30", "01:00", "01:30",
+                                                "02:00", "02:30"]
+
+
+@pytest.mark.parametrize(("span_s", "first", "second"), [
+    (0.15, "11-01 00:00:00.000", "00:00:00.050"),   # the README snippet's first job
+    (4.0, "11-01 00:00:00", "00:00:01"),
+    (300.0, "11-01 00:00", "00:01"),
+    (3 * 86400.0, "11-01", "11-02"),
+])
+def test_axis_ticks_are_round_distinct_and_never_crowded(span_s, first, second) -> None:
+    segments = [seg(0, 0, span_s / 60)]
+    t = layout([{"attempt": 0, "end_cause": "completed"}], segments, [])
+    labels = [k["label"] for k in t["ticks"]]
+    assert labels[:2] == [first, second]
+    assert 2 <= len(labels) <= 6 and len(set(labels)) == len(labels)
+    xs = [k["x"] for k in t["ticks"]]
+    # Ticks at least 120 px apart: a label (at most 18 characters of 10 px text) fits.
+    assert all(b - a >= 120 for a, b in itertools.pairwise(xs)), xs
+
+
+@given(st.floats(0.01, 40 * 86400), st.floats(0, 86400))
+def test_ticks_stay_inside_the_drawing_at_any_job_length(span_s: float, offset_s: float
+                                                          ) -> None:
+    start = offset_s / 60
+    t = layout([{"attempt": 0, "end_cause": "completed"}],
+               [seg(0, start, start + span_s / 60)], [])
+    labels = [k["label"] for k in t["ticks"]]
+    assert 1 <= len(labels) <= 6 and len(set(labels)) == len(labels)
+    assert all(LABEL_W - 0.01 <= k["x"] <= WIDTH - 10 + 0.01 for k in t["ticks"])
 
 
 def test_a_job_with_no_segments_has_an_empty_timeline() -> None:
@@ -67,7 +100,7 @@ def test_bars_cover_each_attempts_time_exactly_once(segments: list[dict]) -> Non
     assert [lane.attempt for lane in t["lanes"]] == attempts
     first = min(s["start_at"] for s in segments)
     last = max(s["end_at"] for s in segments)
-    scale = (WIDTH - LABEL_W - 10) / max((last - first).total_seconds(), 1.0)
+    scale = (WIDTH - LABEL_W - 10) / max((last - first).total_seconds(), 0.001)
     for lane in t["lanes"]:
         total_s = sum((s["end_at"] - s["start_at"]).total_seconds()
                       for s in segments if s["attempt"] == lane.attempt)

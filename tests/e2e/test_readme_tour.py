@@ -1,5 +1,6 @@
 """The README, followed from a fresh clone: `make run` in the background, the tour's
-commands, the SDK snippet against the running service, a second `make run` refused in one
+commands, the SDK snippet against the running service, the example trainer under torchrun
+after `make trainer`, a second `make run` refused in one
 line, then Ctrl-C (SIGINT to the terminal's process group), and nothing left running.
 
 The clone builds its own `.venv` through `make run`, as a newcomer's would. The only change
@@ -90,7 +91,28 @@ def test_the_readme_from_a_fresh_clone(tmp_path) -> None:
             assert run.poll() is None, Path(log.name).read_text()[-4000:]
             assert time.monotonic() < deadline, f"{JOB} never appeared"
             time.sleep(5)
+        # After the back-fill the demo posts the showcase: the paired benchmark, then the
+        # roll-out with its annotations (the last thing it posts).
+        since = time.strftime("%Y-%m-%dT00:00:00Z", time.gmtime(time.time() - 60 * 86400))
+        while len(httpx.get(f"{base}/v1/annotations", headers=auth, timeout=30, params={
+                "start": since, "tag": "rollout"}).json()["annotations"]) < 5:
+            assert run.poll() is None, Path(log.name).read_text()[-4000:]
+            assert time.monotonic() < deadline, "the roll-out's annotations never appeared"
+            time.sleep(5)
         httpx.post(f"{base}/v1/aggregate", headers=auth, timeout=300).raise_for_status()
+        # The showcase pages have figures on first load: labelled cohorts, advice.
+        doc = httpx.get(f"{base}/v1/impact", headers=auth, timeout=60, params={
+            "baseline_label": "variant:baseline", "candidate_label": "variant:optimized"}).json()
+        assert doc["baseline"]["jobs"] >= 6 and doc["candidate"]["jobs"] >= 6, doc
+        assert doc["delta_ett_pp"] > 0
+        advised = [m["model"] for m in httpx.get(f"{base}/v1/models", headers=auth,
+                                                 timeout=30).json()["models"]
+                   if httpx.get(f"{base}/v1/models/{m['model']}/checkpoint-advice",
+                                headers=auth, timeout=30).json()["status"] == "ok"]
+        # Most of the fleet's 24 models (about four interruptions each in two days), not only
+        # the paired and roll-out models.
+        fleet = [m for m in advised if not m.startswith(("paired_", "rollout_"))]
+        assert len(fleet) >= 12, advised
 
         script = "set -e\n" + "\n".join(
             f"echo '>>> {i}'\n{line}" for i, line in enumerate(tour_commands(port)))
@@ -119,6 +141,31 @@ def test_the_readme_from_a_fresh_clone(tmp_path) -> None:
         job = httpx.get(f"{base}/v1/jobs/my-first-job", headers=auth, timeout=30).json()
         assert (job["model"], job["team"], job["state"]) == ("my_model", "my-team", "completed")
         assert job["attempts"][0]["gpus"] == 8
+        # A few seconds of phases, as the README says: compilation 1 s, training 3 s.
+        assert job["components"]["compilation"] == pytest.approx(1.0, abs=0.3)
+        assert job["effective_seconds"] == pytest.approx(3.0, abs=0.3)
+        report = subprocess.run([str(clone / ".venv" / "bin" / "ett"), "report", "--job",
+                                 "my-first-job"], cwd=clone, env={**env, "COLUMNS": "80"},
+                                text=True, capture_output=True, timeout=120)
+        assert report.returncode == 0, report.stderr
+        assert re.search(r"held [34]\.\d\d s, effective [23]\.\d\d s", report.stdout), (
+            report.stdout)
+
+        # The example trainer, as the README runs it: `make trainer` (a CPU-only torch into
+        # .venv), torchrun with one worker crashing, then its report.
+        block = next(b for b in readme_blocks("sh") if "torchrun" in b)
+        assert "make trainer" in block and "--index-url" not in block
+        trainer = subprocess.run(
+            ["bash", "-c", "set -e\n" + block.replace("127.0.0.1:8080", f"127.0.0.1:{port}")],
+            cwd=clone, env=env, text=True, capture_output=True, timeout=900)
+        assert trainer.returncode == 0, trainer.stdout[-3000:] + trainer.stderr[-3000:]
+        freeze = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-m", "pip", "freeze"],
+                                text=True, capture_output=True, check=True).stdout.lower()
+        assert "torch==2.13.0" in freeze and "nvidia" not in freeze, freeze  # no CUDA stack
+        assert "demo-1" in trainer.stdout and "infra" in trainer.stdout, trainer.stdout
+        elastic = httpx.get(f"{base}/v1/jobs/demo-1", headers=auth, timeout=30).json()
+        assert (elastic["team"], elastic["state"]) == ("ml-platform", "completed"), elastic
+        assert len(elastic["attempts"]) == 2, elastic["attempts"]
 
         # A second `make run` while this one is up: one line, nothing started.
         second = subprocess.run(["make", "run", f"PORT={port}"], cwd=clone, env=env,

@@ -125,7 +125,9 @@ def test_the_cli_rejects_a_window_that_ends_before_it_starts(database_url, monke
     monkeypatch.setenv("ETT_DATABASE_URL", database_url)
     code = ett_main(["advise", "checkpoints", "--start", "2026-11-02T00:00:00Z",
                      "--end", "2026-11-01T00:00:00Z"])
-    assert code == 2 and "must be after start" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("ett advise: end: must be after start"), captured.err
 
 
 @pytest.mark.slow
