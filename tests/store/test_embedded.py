@@ -150,3 +150,20 @@ def test_the_banner_never_prints_a_configured_admin_token(tmp_path) -> None:
     assert admin_token_line(unset, embedded=True, token="t", generated=False) is None
     generated = admin_token_line(unset, embedded=True, token="t0k", generated=True)
     assert generated is not None and generated.endswith("shown only this once): t0k")
+
+
+def test_a_cluster_of_an_older_postgresql_is_refused_with_the_way_to_carry_it_over(
+        tmp_path) -> None:
+    # What an ett on PostgreSQL 16 (pgserver) left; the embedded server is 18 now.
+    (tmp_path / "pg").mkdir()
+    (tmp_path / "pg" / "PG_VERSION").write_text("16\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ETT_DATABASE_URL", "ETT_ADMIN_TOKEN")}
+    env.update(ETT_DATA_DIR=str(tmp_path), ETT_LOG_LEVEL="warning")
+    done = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--port",
+                           str(free_port()), "--no-aggregator"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    assert "PostgreSQL 16 cluster" in out and "upgrade-embedded-postgres.py" in out
+    assert "Traceback" not in out
+    assert (tmp_path / "pg" / "PG_VERSION").read_text() == "16\n"  # left untouched
