@@ -1,6 +1,6 @@
 """api tokens: the `adapter` role (a scheduler adapter posts the scheduler's events)
 
-Revision ID: 0027
+Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-01
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0027"
+revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
