@@ -141,6 +141,20 @@ def _live() -> list[PanelBuilder]:
             "model team.",
             [promql(f"sum by (team) (ett_stalled_jobs{{{SEL}}})", "{{team}}")],
             "none", w=12, stacked=True),
+        # The scheduler's word (docs/model.md section 25): what no trainer reported.
+        bargauge_panel(
+            "Uninstrumented GPU-hours by team",
+            "Held GPU-hours over the range of attempts the scheduler (ett slurm) reported and "
+            "no trainer did: jobs without the SDK. Instrument them (or accept them as "
+            "unreported) to know where that time goes.",
+            [promql("sort_desc(sum by (team) (increase(ett_uninstrumented_gpu_seconds_total"
+                    f"{{{SEL}}}[$__range]))) / 3600", "{{team}}", instant=True)], GPU_HOURS),
+        timeseries_panel(
+            "Queue hours by team (beside ETT, not in it)",
+            "Hours attempts waited from submission (or eligibility) to allocation per hour, as "
+            "the scheduler reported them. Queue time holds no GPU and is never in ETT%.",
+            [promql(f"sum by (team) (rate(ett_queue_seconds_total{{{SEL}}}[$__rate_interval]))",
+                    "{{team}}")], "suffix: h/h", w=12, stacked=True),
     ]
 
 

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ett_core.attempts import AttemptFrame, build_frames
+from ett_core import scheduler
+from ett_core.attempts import AttemptFrame
 from ett_core.checkpoints import AttemptCheckpoints, attempt_checkpoints
 from ett_core.diagnostics import DiagnosticsBuilder
 from ett_core.events import NO_ATTRS, TYPE_RANK, Event, order_events
@@ -100,10 +101,17 @@ def compute_job(
     ordered, duplicates = order_events(_clean(events, diag))
     diag.add("duplicates_dropped", duplicates)
     job_id = ordered[0].job_id if ordered else ""
-    model = ordered[0].model if ordered else ""
     mine = tuple(e for e in ordered if e.job_id == job_id)
     diag.add("foreign_job_events", len(ordered) - len(mine))
-    team = _model_team(mine, model, taxonomy)
+    # The trainer names the model it trains; a scheduler's mapping names it only for a job
+    # no trainer reports (docs/model.md, "The scheduler's word").
+    named_by = mine
+    if any(map(scheduler.is_scheduler, mine)):
+        named_by = tuple(e for e in mine if not scheduler.is_scheduler(e)) or mine
+    model = named_by[0].model if named_by else ""
+    team = _model_team(named_by, model, taxonomy)
+    if named_by is not mine:
+        diag.mapping_conflicts = scheduler.mapping_conflicts(mine, model, team)
 
     by_attempt: dict[int, list[Event]] = defaultdict(list)
     for event in mine:
@@ -111,7 +119,7 @@ def compute_job(
             by_attempt[event.attempt].append(event)
         else:
             diag.add("non_timeline_events")
-    frames = build_frames(
+    frames, views = scheduler.join(
         by_attempt, now_us=now_us, heartbeat_timeout_us=heartbeat_timeout_us, diag=diag
     )
 
@@ -126,10 +134,12 @@ def compute_job(
     stall_owner = taxonomy.stall_owner_of(team)
     stalls = []
     for frame, steps, next_step in zip(frames, advances, next_steps, strict=True):
-        timeline = partition(frame, taxonomy, diag)
+        view = views.get(frame.attempt)
+        timeline = scheduler.name_gaps(view, frame, partition(frame, taxonomy, diag), taxonomy)
         progress = snapshot_from_steps(frame, progress_of(frame, timeline, diag), steps,
                                        next_step, diag)
         pieces = label(frame, timeline, progress, taxonomy, team)
+        pieces = scheduler.own_unreported(view, frame, pieces, taxonomy, team)
         stalls.append(attempt_stalls(frame, steps, taxonomy, diag))
         pieces = mark_stalled(frame, pieces, stalls[-1], stall_owner)
         labelled.append((timeline, pieces))
@@ -137,7 +147,7 @@ def compute_job(
         terms.append(own_terms)
         attempt_segments = to_segments(frame.attempt, frame.gpus, pieces)
         segments.extend(attempt_segments)
-        attempts.append(_attempt_result(frame, own_terms.startup_us, attempt_segments))
+        attempts.append(_attempt_result(frame, own_terms.startup_us, attempt_segments, view))
     level1 = combine(frames, terms)
     ttr_by_attempt = dict(zip(level1.ttr_attempts, level1.ttr_us, strict=True))
     checkpoints = tuple(
@@ -172,13 +182,15 @@ def compute_job(
         level1=level1,
         diagnostics=diag.freeze(),
         stalls=tuple(stalls),
+        queue_us=sum(v.queue_us for v in views.values()),
     )
     return JobComputation(
         result=result, segments=tuple(segments), checkpoints=checkpoints, stalls=tuple(stalls)
     )
 
 
-def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment]) -> AttemptResult:
+def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment],
+                    view: scheduler.SchedulerView | None) -> AttemptResult:
     return AttemptResult(
         attempt=frame.attempt,
         allocated_at_us=frame.start_us,
@@ -191,6 +203,7 @@ def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment
         at_risk_us=sum(
             s.duration_us for s in segments if not s.settled and s.component == EFFECTIVE
         ),
+        scheduler=view,
     )
 
 

@@ -38,6 +38,10 @@ class Diagnostics:
     # attempt's first step.
     few_advances_attempts: tuple[int, ...] = ()
     snapshot_from_steps: tuple[int, ...] = ()
+    # The scheduler's word (ett_core.scheduler): an allocation whose release never came,
+    # and the scheduler's model/team names that differ from the trainer's.
+    scheduler_release_missing: int = 0
+    mapping_conflicts: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,7 @@ class DiagnosticsBuilder:
     inferred_end_attempts: list[int] = field(default_factory=list)
     few_advances_attempts: list[int] = field(default_factory=list)
     snapshot_from_steps: list[int] = field(default_factory=list)
+    mapping_conflicts: tuple[str, ...] = ()
 
     def add(self, counter: str, amount: int = 1) -> None:
         if counter not in _COUNTERS:
@@ -79,4 +84,5 @@ class DiagnosticsBuilder:
             inferred_end_attempts=tuple(sorted(self.inferred_end_attempts)),
             few_advances_attempts=tuple(sorted(self.few_advances_attempts)),
             snapshot_from_steps=tuple(sorted(self.snapshot_from_steps)),
+            mapping_conflicts=self.mapping_conflicts,
         )

@@ -9,6 +9,7 @@ from typing import Any
 from ett_core.diagnostics import Diagnostics
 from ett_core.instants import format_rfc3339_us, us_to_seconds
 from ett_core.level1 import TERMS, Level1
+from ett_core.scheduler import SchedulerView
 from ett_core.stalls import AttemptStalls
 from ett_core.taxonomy import COMPONENTS
 
@@ -24,8 +25,19 @@ class AttemptResult:
     startup_us: int
     failure_at_us: int | None  # the interruption instant F, when there is one
     at_risk_us: int
+    # Set when the scheduler reported the attempt (ett_core.scheduler).
+    scheduler: SchedulerView | None = None
+
+    @property
+    def queue_us(self) -> int:
+        return self.scheduler.queue_us if self.scheduler is not None else 0
+
+    @property
+    def instrumented(self) -> bool:
+        return self.scheduler is None or self.scheduler.instrumented
 
     def to_wire(self) -> dict[str, Any]:
+        view = self.scheduler
         return {
             "attempt": self.attempt,
             "allocated_at": format_rfc3339_us(self.allocated_at_us),
@@ -36,6 +48,15 @@ class AttemptResult:
             "end_cause": self.end_cause,
             "held_seconds": us_to_seconds(self.held_us),
             "startup_seconds": us_to_seconds(self.startup_us),
+            "held_by": "trainer" if view is None else "scheduler",
+            "instrumented": self.instrumented,
+            "queued_at": None if view is None or view.queued_at_us is None
+            else format_rfc3339_us(view.queued_at_us),
+            "queue_seconds": us_to_seconds(self.queue_us),
+            "trainer_first_at": None if view is None or view.trainer_first_us is None
+            else format_rfc3339_us(view.trainer_first_us),
+            "trainer_last_at": None if view is None or view.trainer_last_us is None
+            else format_rfc3339_us(view.trainer_last_us),
         }
 
 
@@ -58,11 +79,17 @@ class JobResult:
     diagnostics: Diagnostics
     # Attempts' progress by steps (ett_core.stalls); empty for a job without steps.
     stalls: tuple[AttemptStalls, ...] = ()
+    # Queue time of the scheduler-reported attempts: beside held time, never inside it.
+    queue_us: int = 0
 
     @property
     def stalled_since_us(self) -> int | None:
         """Start of the stall going on now (the last attempt open and stalled), else None."""
         return self.stalls[-1].stalled_since_us if self.stalls else None
+
+    @property
+    def uninstrumented_held_us(self) -> int:
+        return sum(a.held_us for a in self.attempts if not a.instrumented)
 
     @property
     def ett_ratio(self) -> float | None:
@@ -82,6 +109,11 @@ class JobResult:
             "effective_seconds": us_to_seconds(self.effective_us),
             "at_risk_seconds": us_to_seconds(self.at_risk_us),
             "ett_ratio": self.ett_ratio,
+            "queue_seconds": us_to_seconds(self.queue_us),
+            "unreported_seconds": us_to_seconds(self.phases.get("unreported", 0)),
+            "unreported_ratio": self.phases.get("unreported", 0) / self.held_us
+            if self.held_us else None,
+            "uninstrumented_held_seconds": us_to_seconds(self.uninstrumented_held_us),
             "components": {c: us_to_seconds(self.components.get(c, 0)) for c in COMPONENTS},
             "phases": {p: us_to_seconds(v) for p, v in sorted(self.phases.items())},
             "owners": {o: us_to_seconds(v) for o, v in sorted(self.owners.items())},

@@ -31,7 +31,9 @@ STALLED = "stalled"
 UNASSIGNED_TEAM = "unassigned"
 # Derived phase names the engine writes itself; a trainer reporting them would make
 # reported and derived time indistinguishable.
-RESERVED_PHASES = (LOST_PROGRESS, UNATTRIBUTED, STALLED)
+# The scheduler's silent tail (ett_core.scheduler) is one too.
+UNREPORTED = "unreported"
+RESERVED_PHASES = (LOST_PROGRESS, UNATTRIBUTED, STALLED, UNREPORTED)
 
 # docs/model.md section 2, as data. An owner of None means "the model's own team".
 DEFAULT_MAPPING: Mapping[str, Any] = {

@@ -3,6 +3,7 @@
 # Chromium (the console's browser tests drive it through Playwright), from Debian's packages. Installed only when missing and only when we can (root + apt).
 set -uo pipefail
 bash "$(dirname "$0")/install-podman.sh"
+bash "$(dirname "$0")/install-slurm.sh"
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 || need+=(prometheus-alertmanager)

@@ -28,6 +28,7 @@ from service.slo.model import (
     parse_duration,
     scale_window,
 )
+from service.slo.silence import telemetry_silent_rule
 from service.slo.stalls import DEFAULT_STALL_OWNER, STALL_RULES_FILE, stall_rule_file
 
 HELD = "ett_held_gpu_seconds_total"
@@ -245,6 +246,7 @@ def _alerting_rules(slo: Slo, spec: SloSpec,
                       "annotations": _annotations(slo, spec, severity, names)})
     if slo.sli == "pipeline_freshness":
         rules.append(_quarantine_rule(slo, spec))
+        rules.append(telemetry_silent_rule(slo, spec))
     metric = absent_metric(slo)
     rules.append({
         "alert": "EttSloDataAbsent",

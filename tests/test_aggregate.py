@@ -222,6 +222,7 @@ def test_an_empty_window_is_zeros_with_a_null_ratio(api, agg) -> None:
         "key": None, "held_gpu_seconds": 0.0, "effective_gpu_seconds": 0.0,
         "at_risk_gpu_seconds": 0.0, "ett_ratio": None,
         "components": dict.fromkeys(body["groups"][0]["components"], 0.0),
+        "unreported_gpu_seconds": 0.0, "unreported_ratio": None, "queue_seconds": 0.0,
     }]
     assert body["start"] == "2020-01-01T00:00:00+00:00"
 

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.cli",),
     ("service.api", "service.console"),
     ("service.ingest", "service.aggregate", "service.alerts", "service.aggregation",
-     "service.metrics", "service.slo", "service.demo"),
+     "service.metrics", "service.slo", "service.demo", "service.slurm"),
     ("service.access",),
     ("service.wire",),
     ("service.store", "service.results", "service.settings", "service.errors",

@@ -37,6 +37,10 @@ class Settings:
     strict: bool
     spool_dir: str  # a directory, or MEMORY_SPOOL
     sigterm_cause: str
+    # False when a scheduler adapter names the job (Slurm) and no SIGTERM cause was given:
+    # the scheduler knows why it sent the signal (cancel, requeue, time limit), a guess here
+    # would outrank it (docs/model.md, "End cause").
+    sigterm_reports_failure: bool = True
     max_queue: int = 10_000
     max_batch: int = 500
     max_batch_bytes: int = 1 << 20
@@ -84,13 +88,29 @@ def _heartbeat_env(raw: str) -> float:
     return seconds
 
 
-def resolve_attempt(env: Mapping[str, str]) -> int:
+def resolve_attempt(env: Mapping[str, str], names: tuple[str, ...] = _ATTEMPT_ENV) -> int:
     """The restart index: ETT_ATTEMPT, torchelastic's or Slurm's restart count, else 0."""
-    for name in _ATTEMPT_ENV:
+    for name in names:
         value = _int_env(env, name)
         if value is not None:
             return value
     return 0
+
+
+def slurm_job_id(env: Mapping[str, str]) -> str | None:
+    """Under Slurm, the job id the scheduler adapter (`ett slurm`) gives the same job:
+    ``slurm:<cluster>:<job id>``, so a trainer lands on the scheduler's job unconfigured."""
+    job = env.get("SLURM_JOB_ID", "").strip()
+    cluster = env.get("SLURM_CLUSTER_NAME", "").strip()
+    if job.isdigit() and cluster:
+        return f"slurm:{cluster}:{job}"
+    return None
+
+
+def _slurm_model(env: Mapping[str, str]) -> str | None:
+    # The adapter's fallback mapping: the job name, made a valid name.
+    name = re.sub(r"[^A-Za-z0-9._:/-]", "_", env.get("SLURM_JOB_NAME", "").strip())[:200]
+    return name if name.strip("_") else None
 
 
 def default_spool_dir(job_id: str, env: Mapping[str, str]) -> str:
@@ -123,8 +143,9 @@ def resolve(
     strict_flag = strict if strict is not None else env.get("ETT_STRICT", "").lower() in _TRUE
     url = url or env.get("ETT_URL")
     token = token or env.get("ETT_TOKEN") or None
-    job_id = job_id or env.get("ETT_JOB_ID")
-    model = model or env.get("ETT_MODEL")
+    from_slurm = not (job_id or env.get("ETT_JOB_ID")) and slurm_job_id(env) is not None
+    job_id = job_id or env.get("ETT_JOB_ID") or slurm_job_id(env)
+    model = model or env.get("ETT_MODEL") or (_slurm_model(env) if from_slurm else None)
     team = team or env.get("ETT_TEAM") or None
     if not url:
         raise ConfigurationError("no service URL: pass url= or set ETT_URL")
@@ -139,7 +160,10 @@ def resolve(
             )
     assert job_id is not None and model is not None  # narrowed above
     if attempt is None:
-        attempt = resolve_attempt(env)
+        # A job named by Slurm counts its attempts as Slurm does (its restart count), the
+        # way the adapter does, unless the trainer sets ETT_ATTEMPT.
+        attempt = resolve_attempt(env, ("ETT_ATTEMPT", "SLURM_RESTART_COUNT")
+                                  if from_slurm else _ATTEMPT_ENV)
     if gpus is None:
         # torchrun starts one process per accelerator, so WORLD_SIZE is a fair default.
         gpus = _int_env(env, "ETT_GPUS") or _int_env(env, "WORLD_SIZE") or 1
@@ -150,11 +174,14 @@ def resolve(
         spool_dir = env.get("ETT_SPOOL_DIR") or default_spool_dir(job_id, env)
     if "heartbeat_s" not in tuning and env.get("ETT_HEARTBEAT_S"):
         tuning = {**tuning, "heartbeat_s": _heartbeat_env(env["ETT_HEARTBEAT_S"])}
-    cause = sigterm_cause or env.get("ETT_SIGTERM_CAUSE") or "preemption"
+    explicit_cause = sigterm_cause or env.get("ETT_SIGTERM_CAUSE")
+    cause = explicit_cause or "preemption"
     if cause not in FAILURE_CAUSES:
         raise ConfigurationError(f"sigterm_cause must be one of {FAILURE_CAUSES}, got {cause!r}")
     return Settings(
         url=url, token=token, job_id=job_id, model=model, attempt=attempt, gpus=gpus,
         team=team, rank=rank, all_ranks=all_ranks, strict=strict_flag,
-        spool_dir=os.fspath(spool_dir), sigterm_cause=cause, **tuning,  # type: ignore[arg-type]
+        spool_dir=os.fspath(spool_dir), sigterm_cause=cause,
+        sigterm_reports_failure=bool(explicit_cause) or not from_slurm,
+        **tuning,  # type: ignore[arg-type]
     )

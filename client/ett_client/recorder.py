@@ -56,8 +56,11 @@ class Recorder:
 
     Arguments fall back to ``ETT_URL``, ``ETT_TOKEN``, ``ETT_JOB_ID``, ``ETT_MODEL``,
     ``ETT_GPUS``, ``ETT_TEAM``, ``ETT_SPOOL_DIR``; ``attempt`` to ``ETT_ATTEMPT``,
-    ``TORCHELASTIC_RESTART_COUNT``, ``SLURM_RESTART_COUNT``, else 0. Only ``RANK`` 0 records
-    unless ``all_ranks=True``. Tuning keywords: see ``config.Settings``.
+    ``TORCHELASTIC_RESTART_COUNT``, ``SLURM_RESTART_COUNT``, else 0. Under Slurm, with no
+    job id given, the job is ``slurm:<SLURM_CLUSTER_NAME>:<SLURM_JOB_ID>`` (the scheduler
+    adapter's name for it), the attempt Slurm's restart count and the model, unless given,
+    the job name. Only ``RANK`` 0 records unless ``all_ranks=True``. Tuning keywords: see
+    ``config.Settings``.
 
     A recorder that cannot be configured (no URL, a bad job id...) logs a warning and becomes
     a no-op; with ``strict=True`` (or ``ETT_STRICT=1``) it raises :class:`EttClientError`.
@@ -402,6 +405,10 @@ class Recorder:
     def _on_sigterm(self) -> None:
         assert self.settings is not None
         cause = self.settings.sigterm_cause
+        if not self.settings.sigterm_reports_failure:
+            # Under a scheduler adapter: the last news, and the scheduler says why.
+            self._record_fatal(self.heartbeat)
+            return
         self._record_fatal(lambda: self.failure(cause=cause, reason="SIGTERM"))
 
     def _on_exit(self) -> None:

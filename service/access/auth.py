@@ -2,7 +2,9 @@
 
 Roles (docs/security.md): `admin` may do everything; `writer` may post events for models
 that match its patterns (and claim only its own team for them) and read; `reader` may only
-read. docs/model.md section 7: any valid token may read, so read scope is not narrowed by patterns.
+read; `adapter` (a scheduler adapter such as `ett slurm`) may post only scheduler events
+(attrs.source = "scheduler"), for any model, and read. docs/model.md section 7: any valid
+token may read, so read scope is not narrowed by patterns.
 
 Tokens other than the bootstrap admin token (ETT_ADMIN_TOKEN) live in the token store
 (`service.access.tokens`), which may have to ask the database. Routes call `authenticate()` from
@@ -26,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.errors import EttError, Forbidden, Unauthorized
 
-ROLES = ("admin", "writer", "reader")
+ROLES = ("admin", "writer", "reader", "adapter")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class Principal:
             return False
         return any(fnmatchcase(model, pattern) for pattern in self.model_patterns)
 
+    def may_write_scheduler(self, model: str) -> bool:
+        """Scheduler events (attrs.source = "scheduler"): an adapter's, for any model."""
+        return self.role in ("admin", "adapter")
+
     @property
     def default_team(self) -> str | None:
         """A writer token made with a team gives it to the events that name none."""
@@ -62,7 +68,7 @@ class Principal:
         The owner is the taxonomy's model -> team mapping when it has the model, else the
         writer token's team; with neither, any team may be claimed (first one seen wins).
         """
-        if self.role == "admin" or team is None:
+        if self.role in ("admin", "adapter") or team is None:
             return None
         owner = configured_owner or self.team
         if owner is None or team == owner:

@@ -68,6 +68,10 @@ def new_token() -> tuple[str, str]:
     return token_id, f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
 
 
+_SCOPE_OF_ROLE = {"admin": "may do everything",
+                  "adapter": "send scheduler events for any model"}
+
+
 def check_request(role: str, team: str | None, patterns: Sequence[str]) -> tuple[str, ...]:
     if role not in ROLES:
         raise TokenError(f"role: must be one of {', '.join(ROLES)}, got {role!r}")
@@ -82,7 +86,7 @@ def check_request(role: str, team: str | None, patterns: Sequence[str]) -> tuple
         raise TokenError("models: a writer token needs at least one model pattern, e.g. 'ads_*'")
     if role != "writer" and patterns:
         raise TokenError(f"models: only writer tokens have model patterns ({role} tokens "
-                         f"{'may do everything' if role == 'admin' else 'only read'})")
+                         f"{_SCOPE_OF_ROLE.get(role, 'only read')})")
     return tuple(dict.fromkeys(patterns))
 
 

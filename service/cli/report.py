@@ -41,12 +41,14 @@ def scope_of(model: str | None, team: str | None) -> str:
 def _ett_table(answer: dict[str, Any], title: str, key_name: str, scope: str) -> Table:
     table = Table(title=title, title_justify="left")
     for name, justify in ((key_name, "left"), ("held GPU-h", "right"), ("ETT", "right"),
-                          ("effective GPU-h", "right"), ("at risk GPU-h", "right")):
+                          ("effective GPU-h", "right"), ("at risk GPU-h", "right"),
+                          ("unreported", "right"), ("queue h", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for g in answer["groups"]:
         table.add_row(str(g["key"] if g["key"] is not None else scope),
                       _hours(g["held_gpu_seconds"]), _pct(g["ett_ratio"]),
-                      _hours(g["effective_gpu_seconds"]), _hours(g["at_risk_gpu_seconds"]))
+                      _hours(g["effective_gpu_seconds"]), _hours(g["at_risk_gpu_seconds"]),
+                      _pct(g.get("unreported_ratio")), f"{g.get('queue_seconds', 0) / 3600:,.1f}")
     return table
 
 
@@ -119,8 +121,26 @@ def _job_tables(job: dict[str, Any]) -> list[Table]:
     level1.add_row(f"TTR (NoF {l1['nof']})", duration(sum(l1["ttr_seconds"])))
     level1.add_row("in-loop overhead", duration(l1["in_loop_overhead_seconds"]))
     level1.add_row("final shutdown", duration(l1["final_shutdown_seconds"]))
-    return [attempts, _components_table(job["components"], job["held_seconds"], "time"),
-            level1]
+    tables = [attempts, _components_table(job["components"], job["held_seconds"], "time"),
+              level1]
+    if any(a.get("held_by") == "scheduler" for a in job["attempts"]):
+        tables.insert(1, _scheduler_table(job))
+    return tables
+
+
+def _scheduler_table(job: dict[str, Any]) -> Table:
+    """Whose instants bound each attempt, and its queue time (docs/model.md section 25)."""
+    table = Table(title="the scheduler's word", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("#", "held by", "trainer", "queued", "unreported"):
+        table.add_column(name, no_wrap=True,
+                         justify="right" if name in ("queued", "unreported") else "left")
+    for a in job["attempts"]:
+        table.add_row(str(a["attempt"]), a.get("held_by", "trainer"),
+                      "reported" if a.get("instrumented", True) else "none (uninstrumented)",
+                      duration(a.get("queue_seconds") or 0), "")
+    table.add_row("job", "", "", duration(job.get("queue_seconds") or 0),
+                  _pct(job.get("unreported_ratio")))
+    return table
 
 
 def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list[Any]]:

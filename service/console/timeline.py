@@ -1,6 +1,8 @@
 """One job's timeline as SVG geometry: a lane per attempt, a bar per phase coloured by its
 component, failures and durable checkpoints marked, lost progress shaded, stalls (time a
-job held its GPUs while its steps did not advance) dotted.
+job held its GPUs while its steps did not advance) dotted; for an attempt the scheduler
+reported, its span above the lane and the trainer's below, and the gaps only the scheduler
+sees (hardware_setup, teardown, unreported) dotted.
 
 Drawn on the server (the template writes the shapes): it is a handful of rectangles, and
 it then needs no script and prints as it shows.
@@ -43,6 +45,10 @@ COLOURS = {
 assert set(COLOURS) == set(COMPONENTS), "a colour for every component"
 
 
+# The derived phases of the scheduler's word (docs/model.md section 25).
+GAP_PHASES = frozenset({"hardware_setup", "teardown", "unreported"})
+
+
 @dataclass(frozen=True)
 class Bar:
     x: float
@@ -54,6 +60,14 @@ class Bar:
     settled: bool
     title: str
     stalled: bool = False
+    gap: bool = False
+
+
+@dataclass(frozen=True)
+class Span:
+    x: float
+    w: float
+    title: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,8 @@ class Lane:
     cause: str
     bars: tuple[Bar, ...]
     marks: tuple[Mark, ...]
+    scheduler: Span | None = None  # allocation to release, as the scheduler reported them
+    trainer: Span | None = None  # the trainer's first to last event in the attempt
 
 
 def _merge(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -130,6 +146,26 @@ def axis_ticks(t0: datetime, t1: datetime, x_of: Any) -> list[dict[str, Any]]:
     return ticks
 
 
+def _spans(attempt: dict[str, Any], end: datetime | None,
+           x_of: Any) -> tuple[Span | None, Span | None]:
+    """The scheduler's and the trainer's spans of an attempt the scheduler reported."""
+    if attempt.get("held_by") != "scheduler" or end is None:
+        return None, None
+    start = datetime.fromisoformat(attempt["allocated_at"])
+    released = attempt.get("released_at")
+    stop = datetime.fromisoformat(released) if released else end
+    scheduler = Span(x=x_of(start), w=max(x_of(stop) - x_of(start), 0.5),
+                     title=f"held by the scheduler: {_span((stop - start).total_seconds())}"
+                           f" (queued {_span(attempt.get('queue_seconds') or 0)} before)")
+    first, last = attempt.get("trainer_first_at"), attempt.get("trainer_last_at")
+    if not first or not last:
+        return scheduler, None
+    t0, t1 = datetime.fromisoformat(first), datetime.fromisoformat(last)
+    trainer = Span(x=x_of(t0), w=max(x_of(t1) - x_of(t0), 0.5),
+                   title=f"the trainer's events: {_span((t1 - t0).total_seconds())}")
+    return scheduler, trainer
+
+
 def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
            marks: list[dict[str, Any]]) -> dict[str, Any]:
     """Geometry for the template. `attempts` are the job result's; times are datetimes."""
@@ -160,6 +196,7 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
                 colour=COLOURS.get(seg["component"], COLOURS["unattributed"]),
                 component=seg["component"], phase=seg["phase"], lost=lost,
                 settled=seg["settled"], stalled=seg["phase"] == STALLED,
+                gap=seg["phase"] in GAP_PHASES,
                 title=f"{seg['phase']} ({seg['component']}{at_risk}): {_span(secs)} from "
                       f"{_instant(seg['start_at'])}"))
         lane_marks = []
@@ -170,10 +207,13 @@ def layout(attempts: list[dict[str, Any]], segments: list[dict[str, Any]],
             else:
                 title = f"checkpoint durable at {m['ts']:%H:%M:%S}"
             lane_marks.append(Mark(x=x_of(m["ts"]), kind=m["type"], title=title))
-        cause = by_attempt.get(number, {}).get("end_cause", "?")
+        attempt = by_attempt.get(number, {})
+        cause = attempt.get("end_cause", "?")
+        end = max((s["end_at"] for s in merged if s["attempt"] == number), default=None)
+        scheduler, trainer = _spans(attempt, end, x_of)
         lanes.append(Lane(attempt=number, y=TOP + i * (LANE_H + LANE_GAP),
                           label=f"attempt {number}", cause=cause, bars=tuple(bars),
-                          marks=tuple(lane_marks)))
+                          marks=tuple(lane_marks), scheduler=scheduler, trainer=trainer))
     height = TOP + len(lanes) * (LANE_H + LANE_GAP) + AXIS_H
     ticks = axis_ticks(t0, t1, x_of)
     return {"lanes": lanes, "width": WIDTH, "height": height, "ticks": ticks,

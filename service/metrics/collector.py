@@ -87,6 +87,7 @@ class AggregatorCollector(Collector):
         self.histograms = MonotonicCounters()
         self.unknown = MonotonicCounters()
         self.stalled = MonotonicCounters()
+        self.scheduler = MonotonicCounters()  # ("queue"|"uninstrumented", model, team)
         self._restored = False
 
     # -- refresh (called by the aggregator after each pass) --------------------------------
@@ -131,6 +132,7 @@ class AggregatorCollector(Collector):
             self.failures = MonotonicCounters(_decode(row[0].get("failures", [])))
             self.histograms = MonotonicCounters(_decode(row[0].get("histograms", [])))
             self.stalled = MonotonicCounters(_decode(row[0].get("stalled", [])))
+            self.scheduler = MonotonicCounters(_decode(row[0].get("scheduler", [])))
         self._restored = True
 
     def _persist(self) -> None:
@@ -140,6 +142,7 @@ class AggregatorCollector(Collector):
             "failures": _encode(self.failures.exported),
             "histograms": _encode(self.histograms.exported),
             "stalled": _encode(self.stalled.exported),
+            "scheduler": _encode(self.scheduler.exported),
         }
         with self.engine.begin() as conn:
             conn.execute(
@@ -158,7 +161,8 @@ class AggregatorCollector(Collector):
         if not self._restored:
             self._restore()
         with self.engine.connect() as conn:
-            snap = build_snapshot(conn, now or datetime.now(UTC))
+            snap = build_snapshot(conn, now or datetime.now(UTC),
+                                  self.aggregator.heartbeat_timeout_us / 1e6)
             order = first_seen(conn)
         teams = kept_teams(order, {k[1] for k in snap.settled_gpu_seconds}
                            | {k[1] for k in snap.jobs_running}, self.max_teams)
@@ -181,6 +185,9 @@ class AggregatorCollector(Collector):
                     flat[("ttr", team, cause, str(i))] = float(c)
                 flat[("ttr", team, cause, "sum")] = snap.ttr_sum[(team, cause)]
             self.histograms.update(flat)
+            self.scheduler.update(
+                {("queue", *k): v for k, v in snap.queue_seconds.items()}
+                | {("uninstrumented", *k): v for k, v in snap.uninstrumented_gpu_seconds.items()})
             self._snapshot = snap
         self._persist()
 
@@ -342,6 +349,30 @@ class AggregatorCollector(Collector):
         yield from ratio_families.values()
         yield tts
         yield ttr
+        yield from self._scheduler_families(snap)
+
+    def _scheduler_families(self, snap: Snapshot | None) -> Iterator[Metric]:
+        """The scheduler's word (docs/metrics.md): queue time beside ETT, never inside."""
+        queue = CounterMetricFamily(
+            "ett_queue_seconds",
+            "Seconds attempts waited from submission (or eligibility) to allocation, as the"
+            " scheduler reported them; not held time, never in ETT.", labels=["model", "team"])
+        uninstrumented = CounterMetricFamily(
+            "ett_uninstrumented_gpu_seconds",
+            "Settled held GPU-seconds of attempts the scheduler reported and no trainer did.",
+            labels=["model", "team"])
+        silent = GaugeMetricFamily(
+            "ett_telemetry_silent_jobs",
+            "Running jobs the scheduler says are held whose trainer has sent nothing for"
+            " longer than the heartbeat timeout.", labels=["model", "team"])
+        if snap is not None:
+            for (kind, model, team), v in sorted(self.scheduler.exported.items()):
+                (queue if kind == "queue" else uninstrumented).add_metric([model, team], v)
+            for key in sorted(snap.jobs_running):
+                silent.add_metric(list(key), snap.telemetry_silent_jobs.get(key, 0))
+        yield queue
+        yield uninstrumented
+        yield silent
 
     def _add_histograms(self, tts: HistogramMetricFamily, ttr: HistogramMetricFamily) -> None:
         series: dict[tuple[str, str, str], dict[str, float]] = {}

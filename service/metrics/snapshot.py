@@ -42,6 +42,11 @@ class Snapshot:
     stalled_gpu_seconds: dict[Key, float] = field(default_factory=dict)
     # Per team, how many models' series were summed into model="other" (metrics/folding.py).
     folded_models: dict[str, int] = field(default_factory=dict)
+    # The scheduler's word (model, team): queue seconds, uninstrumented held GPU-seconds,
+    # and running jobs whose trainer has been silent past the heartbeat timeout.
+    queue_seconds: dict[Key, float] = field(default_factory=dict)
+    uninstrumented_gpu_seconds: dict[Key, float] = field(default_factory=dict)
+    telemetry_silent_jobs: dict[Key, int] = field(default_factory=dict)
     # How many teams' series were summed into team="other" (metrics/folding.py).
     folded_teams: int = 0
 
@@ -68,8 +73,13 @@ def first_seen(conn: Connection) -> list[tuple[str, str, datetime]]:
         "SELECT model, team, min(first_at) FROM jobs GROUP BY model, team"))]
 
 
-def build_snapshot(conn: Connection, now: datetime) -> Snapshot:
+def build_snapshot(conn: Connection, now: datetime, silent_after_s: float = 600.0) -> Snapshot:
     snap = Snapshot(taken_at=now)
+    for model, team, queue_s, uninstrumented in q.scheduler_totals(conn):
+        snap.queue_seconds[(model, team)] = queue_s
+        snap.uninstrumented_gpu_seconds[(model, team)] = uninstrumented
+    for model, team, silent in q.silent_jobs(conn, now - timedelta(seconds=silent_after_s)):
+        snap.telemetry_silent_jobs[(model, team)] = silent
     for model, team, component, owner, gpu_us in conn.execute(text(
         "SELECT model, team, component, owner, settled_gpu_us::float8 FROM settled_totals"
     )):

@@ -38,6 +38,8 @@ from psycopg import generators, pq
 from psycopg.abc import PQGen
 from psycopg.waiting import Wait
 
+from .copy_text import is_scheduler_line
+
 COLUMNS = ("event_id", "ts", "job_id", "attempt", "model", "type", "phase", "gpus", "team",
            "rank", "attrs", "extra")
 COPY_SQL = f"COPY events ({', '.join(COLUMNS)}) FROM STDIN"
@@ -119,6 +121,8 @@ def claims(lines: Iterable[str], default_team: str | None = None
     is 3rd, model 5th, team 9th of a COPY line."""
     out: dict[str, list[str | None]] = {}
     for line in lines:
+        if is_scheduler_line(line):
+            continue  # a scheduler's mapping never fixes a job's model or team
         fields = line.split("\t", 9)
         job, model, team = fields[2], fields[4], _unescape(fields[8]) or default_team
         claim = out.get(job)

@@ -145,3 +145,64 @@ def stalled_gpu_us(conn: Connection, phase: str) -> dict[tuple[str, str], int]:
         "SELECT model, team, sum(settled_gpu_us)::bigint FROM fleet_daily"
         " WHERE phase = :phase GROUP BY model, team"), {"phase": phase})
     return {(model, team): int(gpu_us) for model, team, gpu_us in rows}
+
+
+# The scheduler's word (docs/model.md): read from each job's result document, where the
+# engine put queue time and each attempt's instrumentation.
+SCHEDULER_TOTALS_SQL = """
+SELECT j.model, j.team,
+       coalesce(sum((j.result->>'queue_seconds')::float8), 0),
+       coalesce(sum(u.gpu_s), 0)
+FROM jobs j LEFT JOIN LATERAL (
+    SELECT sum((a->>'held_seconds')::float8 * (a->>'gpus')::float8) AS gpu_s
+    FROM jsonb_array_elements(j.result->'attempts') a
+    WHERE a->>'instrumented' = 'false' AND a->>'released_at' IS NOT NULL) u ON true
+GROUP BY j.model, j.team
+"""
+
+SILENT_JOBS_SQL = """
+SELECT j.model, j.team, count(DISTINCT j.job_id)
+FROM jobs j, jsonb_array_elements(j.result->'attempts') a
+WHERE j.open AND a->>'released_at' IS NULL AND a->>'held_by' = 'scheduler'
+  AND a->>'instrumented' = 'true' AND (a->>'trainer_last_at')::timestamptz < :cutoff
+GROUP BY j.model, j.team
+"""
+
+
+def scheduler_totals(conn: Connection) -> list[tuple[str, str, float, float]]:
+    """Per (model, team): queue seconds of every attempt the scheduler reported, and held
+    GPU-seconds of ended attempts no trainer reported (uninstrumented)."""
+    return [(r[0], r[1], float(r[2]), float(r[3]))
+            for r in conn.execute(text(SCHEDULER_TOTALS_SQL))]
+
+
+def silent_jobs(conn: Connection, cutoff: datetime) -> list[tuple[str, str, int]]:
+    """Per (model, team): running jobs whose scheduler holds an attempt that its trainer has
+    reported but not since `cutoff`."""
+    return [(r[0], r[1], int(r[2]))
+            for r in conn.execute(text(SILENT_JOBS_SQL), {"cutoff": cutoff})]
+
+
+def queue_window(conn: Connection, start: datetime, end: datetime, key: str | None,
+                 filters: dict[str, str | None] | None = None) -> dict[Any, float]:
+    """Queue seconds of the attempts allocated in [start, end), per `key` (model or team;
+    None: one total). Queue time is not held time: it has no hourly rollup of its own and
+    is read from the job documents (docs/model.md section 25)."""
+    if key not in (None, "model", "team"):
+        raise ValueError(f"cannot group queue time by {key}")
+    clauses, params = "", {}
+    for column in ("model", "team"):
+        value = (filters or {}).get(column)
+        if value is not None:
+            clauses += f" AND j.{column} = :f_{column}"
+            params[f"f_{column}"] = value
+    select = f"j.{key}" if key else "NULL"
+    rows = conn.execute(text(
+        f"SELECT {select} AS k, sum((a->>'queue_seconds')::float8)"
+        " FROM jobs j, jsonb_array_elements(j.result->'attempts') a"
+        " WHERE j.last_at >= :start AND j.first_at < :end"
+        " AND (a->>'allocated_at')::timestamptz >= :start"
+        " AND (a->>'allocated_at')::timestamptz < :end"
+        f" AND (a->>'queue_seconds')::float8 > 0{clauses}"
+        " GROUP BY 1"), {"start": start, "end": end, **params})
+    return {r[0]: float(r[1]) for r in rows}

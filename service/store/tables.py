@@ -235,7 +235,7 @@ api_tokens = Table(
     Column("created_at", TS, nullable=False, server_default=text("now()")),
     Column("last_used_at", TS),
     Column("revoked_at", TS),
-    CheckConstraint("role IN ('admin', 'writer', 'reader')", name="ck_api_tokens_role"),
+    CheckConstraint("role IN ('admin', 'writer', 'reader', 'adapter')", name="ck_api_tokens_role"),
 )
 
 # Jobs whose computation or storage failed (issue 15): left out of passes until their

@@ -34,6 +34,7 @@ from .event import (
     WireError,
     WireEvent,
     attrs_json,
+    is_scheduler_event,
     validate_event,
 )
 from .rejections import every_error
@@ -48,6 +49,8 @@ class WriteScope(Protocol):
     """What validation asks of the writer (`service.access.auth.Principal` answers it)."""
 
     def may_write(self, model: str) -> bool: ...
+
+    def may_write_scheduler(self, model: str) -> bool: ...
 
     def team_claim_error(self, model: str, team: str | None,
                          configured_owner: str | None) -> str | None: ...
@@ -160,6 +163,17 @@ def _learn_names(obj: Any, names: set[str]) -> None:
                 names.add(value)
 
 
+def _scope_error(principal: WriteScope, model: str, team: str | None, scheduler: bool,
+                 owner_of: Callable[[str], str | None]) -> str | None:
+    if scheduler:
+        # A trainer must not be able to speak for the scheduler (docs/security.md).
+        return None if principal.may_write_scheduler(model) else (
+            "attrs.source: only an adapter or admin token may send scheduler events")
+    if not principal.may_write(model):
+        return f"model: this token may not write model {model!r}"
+    return principal.team_claim_error(model, team, owner_of(model))
+
+
 def validate_batch(
     raw: list[Any], principal: WriteScope, *, now: datetime, max_future_s: float,
     max_age_s: float, owner_of: Callable[[str], str | None] = lambda _model: None,
@@ -173,7 +187,7 @@ def validate_batch(
     seen: set[str] = set()
     indices: list[int] = []
     names: set[str] = set()
-    scope: dict[tuple[str, str | None], str | None] = {}
+    scope: dict[tuple[str, str | None, bool], str | None] = {}
     duplicates = 0
     lo, hi = now - timedelta(seconds=max_age_s), now + timedelta(seconds=max_future_s)
     for index, obj in enumerate(raw):
@@ -197,12 +211,9 @@ def validate_batch(
             filled = default_team_of(principal, team, owner_of(model))
             if filled is not None:
                 line, team = with_team(line, filled), filled
-        key = (model, team)
+        key = (model, team, is_scheduler_event(obj))
         if key not in scope:
-            scope[key] = (
-                f"model: this token may not write model {model!r}"
-                if not principal.may_write(model)
-                else principal.team_claim_error(model, team, owner_of(model)))
+            scope[key] = _scope_error(principal, model, team, key[2], owner_of)
         error = scope[key]
         if error is not None:
             rejected.append({"index": index, "error": error})

@@ -226,7 +226,36 @@ def attrs_json(value: Any, etype: str) -> str | None:
             check_labels(value["labels"])
         except LabelError as exc:
             raise WireError(str(exc)) from None
+    if "source" in value:
+        _check_scheduler_attrs(value, etype)
     return dumped.decode()
+
+
+# docs/model.md, "The scheduler's word": what a scheduler adapter may send.
+SCHEDULER_TYPES = ("allocated", "released", "failure", "phase_start", "phase_end")
+
+
+def is_scheduler_event(obj: Any) -> bool:
+    """Whether a raw wire event claims to come from a scheduler (its writer must be one)."""
+    attrs = obj.get("attrs") if type(obj) is dict else None
+    return type(attrs) is dict and attrs.get("source") == "scheduler"
+
+
+def _check_scheduler_attrs(value: dict[str, Any], etype: str) -> None:
+    if value["source"] != "scheduler":
+        raise WireError("attrs.source: must be 'scheduler' (leave it out on a trainer's event)")
+    if etype not in SCHEDULER_TYPES:
+        raise WireError(f"type: a scheduler sends only {', '.join(SCHEDULER_TYPES)}, not {etype}")
+    queued = value.get("queued_at")
+    if queued is not None:
+        if isinstance(queued, int | float) and not isinstance(queued, bool):
+            raise WireError("attrs.queued_at: must be an RFC 3339 timestamp")
+        parse_rfc3339(queued, "attrs.queued_at")
+    if "gpus_assumed" in value and not isinstance(value["gpus_assumed"], bool):
+        raise WireError("attrs.gpus_assumed: must be true or false")
+    for key in ("state", "exit_code"):
+        if key in value and not (isinstance(value[key], str) and len(value[key]) <= 64):
+            raise WireError(f"attrs.{key}: must be a string of at most 64 characters")
 
 
 def age_error(ts: Any, max_age_s: float, window: bool) -> str:

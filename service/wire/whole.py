@@ -170,6 +170,8 @@ def decide_whole(
         return None
     if FOLDED in {m for m, _ in scopes} | {t for _, t in scopes}:
         return None  # reserved: the per-event path words the rejection
+    if any(e.attrs is not None and "source" in e.attrs for e in events):
+        return None  # a scheduler's events are the adapter's scope: the per-event path
     for model, team in scopes:
         if not principal.may_write(model) or principal.team_claim_error(
                 model, team, owner_of(model)) is not None:

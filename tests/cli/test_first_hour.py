@@ -62,7 +62,7 @@ def test_ett_dashboards_without_its_extra_names_the_extra(tmp_path) -> None:
 def test_report_rows_are_labelled_with_their_scope(aggregated, capsys) -> None:
     assert main(["report", "--team", "ads", *WINDOW]) == 0
     out = capsys.readouterr().out
-    assert ["team ads", "21.3", "56.2%", "12.0", "0.0"] in rows(out), out
+    assert ["team ads", "21.3", "56.2%", "12.0", "0.0", "0.0%", "0.0"] in rows(out), out
     assert "fleet" not in out
     assert main(["report", "--team", "ads", "--model", "model-a", *WINDOW]) == 0
     assert rows(capsys.readouterr().out)[0][0] == "team ads, model model-a"

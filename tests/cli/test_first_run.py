@@ -117,7 +117,7 @@ def test_report_by_team_prints_the_api_answer_as_a_table(aggregated, capsys) -> 
     assert main(["report", "--by", "team", *WINDOW]) == 0
     out = capsys.readouterr().out
     # docs/model.md section 6: 160 min x 8 GPUs = 21.3 GPU-h held, 90 / 160 = 56.25%.
-    assert ["ads", "21.3", "56.2%", "12.0", "0.0"] in rows(out), out
+    assert ["ads", "21.3", "56.2%", "12.0", "0.0", "0.0%", "0.0"] in rows(out), out
     assert main(["report", "--by", "team", "--json", *WINDOW]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["groups"][0]["held_gpu_seconds"] == 160 * 60 * 8

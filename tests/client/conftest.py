@@ -33,7 +33,8 @@ def fake() -> Iterator[FakeService]:
 def make_recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Build recorders with fast timers, no process hooks, and a spool under tmp_path."""
     for name in ("RANK", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT", "ETT_ATTEMPT",
-                 "ETT_STRICT", "WORLD_SIZE", "ETT_SPOOL_DIR", "ETT_SIGTERM_CAUSE"):
+                 "ETT_STRICT", "WORLD_SIZE", "ETT_SPOOL_DIR", "ETT_SIGTERM_CAUSE", "SLURM_JOB_ID",
+                 "SLURM_CLUSTER_NAME", "SLURM_JOB_NAME"):
         monkeypatch.delenv(name, raising=False)
     made: list[Recorder] = []
 

@@ -17,6 +17,10 @@ TOP_KEYS = {
     "effective_seconds",
     "at_risk_seconds",
     "ett_ratio",
+    "queue_seconds",
+    "unreported_seconds",
+    "unreported_ratio",
+    "uninstrumented_held_seconds",
     "components",
     "phases",
     "owners",
@@ -42,6 +46,12 @@ ATTEMPT_KEYS = {
     "end_cause",
     "held_seconds",
     "startup_seconds",
+    "held_by",
+    "instrumented",
+    "queued_at",
+    "queue_seconds",
+    "trainer_first_at",
+    "trainer_last_at",
 }
 
 
