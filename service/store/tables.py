@@ -38,7 +38,7 @@ TS = DateTime(timezone=True)
 events = Table(
     "events",
     metadata,
-    # Unique within a job (and instant), not globally: see migration 0007.
+    # Unique within a job (and instant), not globally: see migration 0008.
     Column("event_id", Uuid(as_uuid=False), nullable=False),
     Column("ts", TS, nullable=False),
     Column("job_id", Text, nullable=False),
@@ -134,7 +134,7 @@ segments = Table(
 def _rollup_columns(sums: BigInteger | Numeric | None = None) -> list[Column]:
     """The labels and GPU-microsecond sums every rollup table carries (fresh objects each
     call: a Column belongs to one table). A job's own rows fit a bigint (its GPUs are
-    bounded); the fleet's sum over jobs does not, so those are NUMERIC (migration 0007)."""
+    bounded); the fleet's sum over jobs does not, so those are NUMERIC (migration 0008)."""
     return [
         *(Column(name, Text, nullable=False)
           for name in ("model", "team", "component", "phase", "owner")),

@@ -32,17 +32,17 @@ def test_there_is_exactly_one_head() -> None:
     assert migrate.head_revision()
 
 
-def test_0007_keeps_the_events_of_the_previous_schema_and_scopes_ids_to_jobs(
+def test_0008_keeps_the_events_of_the_previous_schema_and_scopes_ids_to_jobs(
         pg_server_url) -> None:
     """Rows stored under 0006 (one global id namespace, bigint fleet sums) are converted in
     place: nothing lost, an id may then repeat in another job, and a model-day sum past a
     bigint fits."""
-    engine = make_engine(create_database(pg_server_url, "ett_mig7"), pool_size=1)
+    engine = make_engine(create_database(pg_server_url, "ett_mig8"), pool_size=1)
     row = {"id": "00000000-0000-4000-8000-000000000001", "ts": "2026-11-30T00:00:00Z"}
     insert = text("INSERT INTO events (event_id, ts, job_id, attempt, model, type)"
                   " VALUES (:id, :ts, :job, 0, 'm', 'heartbeat')")
     try:
-        migrate.upgrade(engine, "0006")
+        migrate.upgrade(engine, "0007")
         with engine.begin() as conn:
             conn.execute(insert, {**row, "job": "a"})
             conn.execute(text("INSERT INTO fleet_daily VALUES ('2026-11-30', 'm', 't', 'c', 'p',"
