@@ -74,6 +74,9 @@ def fold_teams(snap: Snapshot, kept: set[str]) -> None:
     snap.failures = _fold(snap.failures, pair)
     snap.stalled_jobs = _fold(snap.stalled_jobs, pair)
     snap.stalled_gpu_seconds = _fold(snap.stalled_gpu_seconds, pair)
+    snap.queue_seconds = _fold(snap.queue_seconds, pair)
+    snap.uninstrumented_gpu_seconds = _fold(snap.uninstrumented_gpu_seconds, pair)
+    snap.telemetry_silent_jobs = _fold(snap.telemetry_silent_jobs, pair)
     sum_counts = lambda a, b: [x + y for x, y in zip(a, b, strict=True)]  # noqa: E731
     snap.tts_buckets = _fold(snap.tts_buckets, first, sum_counts)
     snap.tts_sum = _fold(snap.tts_sum, first)
