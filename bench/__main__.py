@@ -15,6 +15,7 @@ from . import (
     engine,
     impact,
     ingest,
+    ingest_window,
     loop_stall,
     otlp,
     reads,
@@ -39,6 +40,7 @@ BENCHMARKS = {
     "advice": (advice, True),
     "slow_clients": (slow_clients, True),
     "impact": (impact, True),
+    "ingest_window": (ingest_window, True),
     "loop_stall": (loop_stall, True),
 }
 

@@ -133,13 +133,16 @@ def _content_key(event: Event) -> tuple[Any, ...]:
 
 
 def order_events(events: Iterable[Event]) -> tuple[tuple[Event, ...], int]:
-    """Return the events de-duplicated by event_id and in event order, and the drop count."""
-    by_id: dict[str, Event] = {}
+    """Return the events de-duplicated by event_id and instant (the store's key within a
+    job: the same id at another instant is another event), in event order, and the drop
+    count."""
+    by_id: dict[tuple[str, int], Event] = {}
     seen = 0
     for event in events:
         seen += 1
-        kept = by_id.get(event.event_id)
+        key = (event.event_id, event.ts_us)
+        kept = by_id.get(key)
         if kept is None or (kept != event and _content_key(event) < _content_key(kept)):
-            by_id[event.event_id] = event
+            by_id[key] = event
     ordered = tuple(sorted(by_id.values(), key=sort_key))
     return ordered, seen - len(ordered)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
-from ett_core import JobComputation, Taxonomy, compute_job
+from ett_core import Event, JobComputation, Taxonomy, compute_job
 from service.aggregation.open_job_cache import OpenJobCache
 from service.results import impact, quarantine
 from service.results.checkpoint_facts import replace_checkpoint_facts
@@ -103,6 +103,18 @@ def _gc_paused() -> Iterator[None]:
 def _chunked(jobs: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(jobs), size):
         yield jobs[start:start + size]
+
+
+def due_events(events: Sequence[Event], now_us: int) -> Sequence[Event]:
+    """The events that have happened by `now_us` (`events` itself when all have).
+
+    Ingest allows a small clock skew ahead of the server; an event stamped in the future
+    (a `released` 290 s ahead) would otherwise count those seconds as held time now. It is
+    read once the clock reaches it: the job is queued again until then.
+    """
+    if all(e.ts_us <= now_us for e in events):
+        return events
+    return [e for e in events if e.ts_us <= now_us]
 
 
 def model_share(model: str, parts: int) -> int:
@@ -257,8 +269,12 @@ class Aggregator:
             failed: dict[str, str] = {}
             formatter = RowFormatter(now_us)
             rows = {}
+            deferred: list[str] = []
             for job_id in locked:
-                job_events = events.get(job_id, [])
+                stored = events.get(job_id, [])
+                job_events = due_events(stored, now_us)
+                if job_events is not stored:
+                    deferred.append(job_id)
                 if not job_events:
                     continue
                 comp = self._compute(job_id, job_events, now_us)
@@ -301,6 +317,7 @@ class Aggregator:
                                   now)
             quarantine.release(conn, [j for j in locked if j not in failed])
             store.consume_dirty(conn, [seq for _job, seq in seqs])
+            store.requeue(conn, deferred)  # read again once their future events are due
             computed = [(j, c) for j, c in computed if j not in failed]
             rows = {j: r for j, r in rows.items() if j not in failed}
         # Committed: what was written at `now` is what the cache may now vouch for.

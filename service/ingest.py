@@ -15,13 +15,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sqlalchemy import Engine, text
 
-from service.access.auth import Authenticator
+from service.access.auth import Authenticator, Principal
 from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
 from service.store.engine import db_unavailable
 from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
-from service.wire.batch import ValidatedBatch, WriteScope, validate_batch
+from service.wire.batch import ValidatedBatch, validate_batch
 from service.wire.body import json_object, read_body
 from service.wire.ownership import OwnerCache, OwnershipCheck
 from service.wire.span_mapping import SpanMapping
@@ -40,6 +40,8 @@ class IngestLimits:
     max_future_s: float
     max_age_s: float
     max_in_flight: int = 128
+    # The ingest window: older events only through an admin token (the backfill path).
+    ingest_max_age_s: float = 7 * 86400.0
     max_in_flight_bytes: int = 64 * 1024 * 1024
     statement_timeout_ms: int = 10_000
     max_in_flight_per_token: int = 32
@@ -118,14 +120,28 @@ class InFlightLimit:
             self.release(charged, token)
 
 
+def age_limit(limits: IngestLimits, principal: Principal) -> tuple[float, bool]:
+    """How old an event this caller may send, in seconds, and whether that is the ingest
+    window (a writer) rather than the retention horizon (an admin backfilling)."""
+    if principal.is_admin:
+        return limits.max_age_s, False
+    return min(limits.ingest_max_age_s, limits.max_age_s), True
+
+
 @dataclass
 class BatchOutcome:
     accepted: int
     duplicates: int
     rejected: list[dict[str, Any]]
+    # Events stored in their team's own job because another team claimed the id first.
+    moved: list[dict[str, Any]] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "duplicates": self.duplicates, "rejected": self.rejected}
+        wire = {"accepted": self.accepted, "duplicates": self.duplicates,
+                "rejected": self.rejected}
+        if self.moved:
+            wire["moved"] = self.moved
+        return wire
 
 
 def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
@@ -145,7 +161,7 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
 
 
 def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0,
-          admit: OwnershipCheck | None = None) -> int:
+          admit: OwnershipCheck | None = None, team: str | None = None) -> int:
     """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
 
     Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
@@ -154,7 +170,7 @@ def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms
     with db_unavailable("ingest"), engine.begin() as conn:
         if statement_timeout_ms:
             conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
-        return store_rows(conn.connection.driver_connection, lines, jobs, admit)
+        return store_rows(conn.connection.driver_connection, lines, jobs, admit, team)
 
 
 def build_router(
@@ -177,22 +193,23 @@ def build_router(
     mapping = span_mapping or SpanMapping()
     work = WorkPool(limits.work_threads, limits.work_queue)
 
-    def decide_events(body: bytearray, principal: WriteScope) -> ValidatedBatch:
+    def decide_events(body: bytearray, principal: Principal) -> ValidatedBatch:
         now = clock()
+        max_age_s, window = age_limit(limits, principal)
         # A body of a few events costs the whole-batch path's fixed part more
         # than it saves (28 against 19 us for one event).
         batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
             body, limits.max_batch_events, principal, now=now,
-            max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
+            max_future_s=limits.max_future_s, max_age_s=max_age_s,
             owner_of=owner_of)
         if batch is None:  # some event needs deciding on its own (or the body is bad)
             batch = validate_batch(
                 parse_batch(body, limits.max_batch_events), principal, now=now,
-                max_future_s=limits.max_future_s, max_age_s=limits.max_age_s,
-                owner_of=owner_of)
+                max_future_s=limits.max_future_s, max_age_s=max_age_s,
+                owner_of=owner_of, window=window)
         return batch
 
-    def decide_spans(body: bytearray, media: str, principal: WriteScope
+    def decide_spans(body: bytearray, media: str, principal: Principal
                      ) -> tuple[SpanEvents, ValidatedBatch]:
         request = otlp.parse_request(body, media)
         otlp.check_budget(request, limits.max_spans, limits.max_attributes)
@@ -203,24 +220,26 @@ def build_router(
                                   " spans per request")
         return mapped, validated([event for _, event in mapped.events], principal)
 
-    def validated(raw: list[Any], principal: WriteScope) -> ValidatedBatch:
+    def validated(raw: list[Any], principal: Principal) -> ValidatedBatch:
+        max_age_s, window = age_limit(limits, principal)
         batch = validate_batch(raw, principal, now=clock(), max_future_s=limits.max_future_s,
-                               max_age_s=limits.max_age_s, owner_of=owner_of)
+                               max_age_s=max_age_s, owner_of=owner_of, window=window)
         if not batch.lines and batch.forbidden:
             raise Forbidden(_forbidden_summary(batch.forbidden))
         return batch
 
-    async def stored(batch: ValidatedBatch) -> tuple[int, OwnershipCheck]:
+    async def stored(batch: ValidatedBatch, team: str | None) -> tuple[int, OwnershipCheck]:
         """Store a validated batch: how many of its events were new, and the ownership
-        check that kept or rejected each event (its `kept` and `rejected`)."""
-        owned = OwnershipCheck(batch)
+        check that kept, moved or rejected each event (`kept`, `moved`, `rejected`)."""
+        owned = OwnershipCheck(batch, team)
         cached = owned.from_cache(owners)
         lines, admit = (batch.lines, owned) if cached is None else (cached, None)
+        jobs = batch.jobs if cached is None else {line.split("\t", 3)[2] for line in cached}
         if pool is not None:
-            inserted = await pool.store(lines, batch.jobs, admit)
+            inserted = await pool.store(lines, jobs, admit, team)
         elif lines:
-            inserted = await run_in_threadpool(store, engine, lines, batch.jobs,
-                                               limits.statement_timeout_ms, admit)
+            inserted = await run_in_threadpool(store, engine, lines, jobs,
+                                               limits.statement_timeout_ms, admit, team)
         else:
             inserted = 0
         owners.learn(owned.seen)  # committed: store returns only after COMMIT
@@ -259,11 +278,12 @@ def build_router(
             del body  # nothing keeps the body alive past validation
             if not batch.lines and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))
-            inserted, owned = await stored(batch)
+            inserted, owned = await stored(batch, principal.team)
         outcome = BatchOutcome(
             accepted=inserted,
             duplicates=owned.kept - inserted + batch.in_batch_duplicates,
             rejected=sorted(batch.rejected + owned.rejected, key=lambda r: r["index"]),
+            moved=owned.moved,
         )
         report(outcome, principal.token_id, "ingest")
         return Response(orjson.dumps(outcome.to_wire()), status_code=202,
@@ -291,7 +311,7 @@ def build_router(
                                    media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
             mapped, batch = await work.run(decide_spans, body, media, principal)
             del body
-            inserted, owned = await stored(batch)
+            inserted, owned = await stored(batch, principal.team)
         # A span is rejected when any of its events is: its other events may be stored,
         # and a corrected re-send stores the rest (the stored ones are duplicates).
         span_errors = dict(mapped.rejected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -32,6 +33,11 @@ class Settings(BaseSettings):
     max_future_skew_s: float = Field(default=300.0, ge=0)
     max_event_age_days: float = Field(
         default=400.0, gt=0, description="events older than this are rejected (retention horizon)"
+    )
+    ingest_max_age: timedelta = Field(
+        default=timedelta(days=7),
+        description="a writer's events older than this are rejected; an admin token backfills"
+                    " up to the retention horizon (seconds, or ISO 8601 such as P7D)",
     )
 
     db_pool_size: int = Field(default=8, ge=1)
@@ -94,6 +100,10 @@ class Settings(BaseSettings):
     metrics_max_models_per_team: int = Field(
         default=200, ge=1,
         description="model series per team on /metrics; the rest are summed as model=other",
+    )
+    metrics_max_teams: int = Field(
+        default=100, ge=1,
+        description="team series on /metrics; the rest are summed as team=other",
     )
     metrics_auth: bool = Field(
         default=False, description="require a token (any role) on /metrics; probes stay open"

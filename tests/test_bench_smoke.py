@@ -16,7 +16,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
-         "reads", "console", "otlp", "advice", "slow_clients", "impact", "loop_stall")
+         "reads", "console", "otlp", "advice", "slow_clients", "impact", "ingest_window",
+         "loop_stall")
 
 
 @pytest.mark.slow

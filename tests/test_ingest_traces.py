@@ -218,6 +218,31 @@ def test_spans_obey_the_token_scopes_of_events(api, db_engine) -> None:
     assert r.status_code == 403 and r.json()["detail"] == "a reader token may not post spans"
 
 
+def test_a_seeded_trainer_repeating_its_span_ids_on_a_restart_reads_two_attempts(
+        api, app_context) -> None:
+    """Trust round 2, defect 2: OpenTelemetry's default id generator draws from `random`, so
+    a trainer that seeds it exports the same trace and span ids on every restart. Attempt 1
+    (30 min later, the same ids) was a silent duplicate of attempt 0: one attempt, 100 s."""
+    base = base_ns()
+    first = one_logger_job(base, failed=True)
+    restart = []
+    for s in first:
+        again = type(s)()
+        again.CopyFrom(s)  # the same trace and span ids
+        again.start_time_unix_nano += 1800 * SECOND_NS
+        again.end_time_unix_nano += 1800 * SECOND_NS
+        restart.append(again)
+    for spans, attempt in ((first, 0), (restart, 1)):
+        req = request_of(spans, **resource("job-seeded"), ett__attempt=attempt)
+        r = api.post("/v1/traces", content=req.SerializeToString(), headers=PROTO)
+        assert r.status_code == 200, r.text
+        assert ExportTraceServiceResponse.FromString(r.content).partial_success.rejected_spans == 0
+    result = result_of(api, app_context, "job-seeded")
+    assert [a["attempt"] for a in result["attempts"]] == [0, 1]
+    assert [a["held_seconds"] for a in result["attempts"]] == [100, 100]
+    assert result["held_seconds"] == 200
+
+
 # --- issue 26, defect 1: the work budget, and the work off the event loop -----------------
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 from ett_client import transport
 from ett_client.config import Settings
+from ett_client.dead_letter import DeadLetters
 from ett_client.errors import logger, warn_once
 from ett_client.events import Encoder, Record
 from ett_client.spool import Batch, Spool
@@ -43,6 +44,7 @@ class Counters:
     acknowledged: int = 0
     duplicates: int = 0
     rejected: int = 0
+    dead_lettered: int = 0
     dropped: int = 0
     retries: int = 0
 
@@ -52,6 +54,8 @@ class Pipeline:
         self.settings = settings
         self.spool = spool
         self.encoder = Encoder(settings)
+        # Beside the spool's segments; an in-memory spool has no file (rejections are counted).
+        self.dead_letters = DeadLetters(getattr(spool, "directory", None))
         self.ring: deque[Record] = deque(maxlen=settings.max_queue)
         self._rng = random.Random()
         self._init_state()
@@ -60,7 +64,8 @@ class Pipeline:
         """Everything a forked child must not share with its parent."""
         self.caller = Counters()  # enqueued, dropped (ring full), rejected (invalid calls)
         self.spooler = Counters()  # spooled, dropped (spool full)
-        self.sender = Counters()  # sent, acknowledged, duplicates, rejected, retries
+        # sent, acknowledged, duplicates, rejected, dead_lettered, retries
+        self.sender = Counters()
         self._cv = threading.Condition(threading.RLock())  # RLock: signal handlers re-enter
         self._spool_wake = threading.Event()
         self._send_wake = threading.Event()
@@ -273,19 +278,28 @@ class Pipeline:
         if outcome.status is not None and 400 <= outcome.status < 500:
             self.sender.rejected += n
             logger.error("ett_client: the service refused a batch of %d events, which are "
-                         "dropped: %s", n, outcome.error)
+                         "not retried (kept in the dead-letter file): %s", n, outcome.error)
+            self.sender.dead_lettered += self.dead_letters.keep(
+                list(batch.lines), [outcome.error or f"HTTP {outcome.status}"] * n,
+                outcome.status)
             return
         if outcome.accepted < 0:  # 2xx with a body we could not read
             self.sender.acknowledged += n
             return
         self.sender.acknowledged += outcome.accepted
         self.sender.duplicates += outcome.duplicates
+        for job in {m.get("job_id") for m in outcome.moved if isinstance(m, dict)}:
+            warn_once(f"moved:{job}", "ett_client: another team wrote this job id first; the"
+                      " service stores this job's events as %r (read it under that name)", job)
         if outcome.rejected:
             self.sender.rejected += len(outcome.rejected)
-            sample = "; ".join(f"#{r.get('index')}: {r.get('error')}"
-                               for r in outcome.rejected[:3] if isinstance(r, dict))
-            logger.warning("ett_client: the service rejected %d of %d events (not retried): %s",
-                           len(outcome.rejected), n, sample)
+            lines, errors = [], []
+            for r in outcome.rejected:
+                index = r.get("index") if isinstance(r, dict) else None
+                if isinstance(index, int) and 0 <= index < n:
+                    lines.append(batch.lines[index])
+                    errors.append(str(r.get("error")))
+            self.sender.dead_lettered += self.dead_letters.keep(lines, errors, outcome.status)
 
     # -- stats ----------------------------------------------------------------------------
 

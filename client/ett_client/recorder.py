@@ -26,8 +26,8 @@ from ett_client.spool import FileSpool, MemorySpool, Spool
 
 _TUNING = frozenset(f.name for f in dataclasses.fields(config.Settings) if f.default is not
                     dataclasses.MISSING)
-_STAT_KEYS = ("enqueued", "sent", "acknowledged", "duplicates", "rejected", "dropped",
-              "retries", "spooled", "pending")
+_STAT_KEYS = ("enqueued", "sent", "acknowledged", "duplicates", "rejected", "dead_lettered",
+              "dropped", "retries", "spooled", "pending")
 
 
 class _PhaseScope:
@@ -356,8 +356,10 @@ class Recorder:
         return delivered and stopped
 
     def stats(self) -> dict[str, int]:
-        """Counters: enqueued, spooled, sent, acknowledged, duplicates, rejected, dropped,
-        retries, and pending (recorded but not yet answered)."""
+        """Counters: enqueued, spooled, sent, acknowledged, duplicates, rejected (by the
+        service, or invalid calls), dead_lettered (rejected events kept in the dead-letter
+        file beside the spool), dropped, retries, and pending (recorded but not yet
+        answered)."""
         try:
             if self._pipeline is None:
                 return dict.fromkeys(_STAT_KEYS, 0)

@@ -32,6 +32,8 @@ class Outcome:
     duplicates: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    # Events the service stored in their team's own job (another team wrote the id first).
+    moved: list[dict[str, Any]] = field(default_factory=list)
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -95,9 +97,10 @@ def post_batch(url: str, token: str | None, body: bytes, timeout_s: float) -> Ou
         accepted = int(answer.get("accepted", 0))
         duplicates = int(answer.get("duplicates", 0))
         rejected = list(answer.get("rejected") or [])
+        moved = list(answer.get("moved") or [])
     except (ValueError, AttributeError, TypeError) as exc:
         # Stored (2xx) but unreadable: count everything as acknowledged, do not resend.
         return Outcome(status=status, retry=False, accepted=-1,
                        error=f"unreadable 2xx body: {exc}")
     return Outcome(status=status, retry=False, accepted=accepted, duplicates=duplicates,
-                   rejected=rejected)
+                   rejected=rejected, moved=moved)

@@ -89,6 +89,7 @@ def create_app(ctx: AppContext) -> FastAPI:
         max_batch_events=s.max_batch_events,
         max_future_s=s.max_future_skew_s,
         max_age_s=s.max_event_age_days * 86400,
+        ingest_max_age_s=s.ingest_max_age.total_seconds(),
         max_in_flight=s.ingest_max_in_flight,
         max_in_flight_bytes=s.ingest_max_in_flight_bytes,
         statement_timeout_ms=s.ingest_statement_timeout_ms,

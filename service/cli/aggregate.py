@@ -49,7 +49,8 @@ def _run(args: argparse.Namespace) -> int:
         from service.metrics.collector import register_aggregator_metrics
 
         register_aggregator_metrics(registry, aggregator, db.engine,
-                                    settings.metrics_max_models_per_team)
+                                    settings.metrics_max_models_per_team,
+                                    settings.metrics_max_teams)
         if args.metrics_port:
             start_http_server(args.metrics_port, addr=args.metrics_host, registry=registry)
             print(f"aggregator metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")

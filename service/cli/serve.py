@@ -60,7 +60,8 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
             from service.metrics.collector import register_aggregator_metrics
 
             collector = register_aggregator_metrics(
-                ctx.registry, ctx.aggregator, db.engine, settings.metrics_max_models_per_team)
+                ctx.registry, ctx.aggregator, db.engine, settings.metrics_max_models_per_team,
+                settings.metrics_max_teams)
 
         stop = threading.Event()
         background = _start_background(ctx, aggregator=aggregator, stop=stop)

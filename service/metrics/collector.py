@@ -30,7 +30,7 @@ from sqlalchemy import Engine, text
 
 from service.aggregate import Aggregator, PassReport
 
-from .folding import fold_models, kept_models
+from .folding import fold_models, fold_teams, kept_models, kept_teams
 from .snapshot import LEVEL1_BUCKETS, RATIO_WINDOWS, Key, Snapshot, build_snapshot, first_seen
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,10 @@ def _decode(rows: Iterable[list[object]]) -> dict[Key, float]:
 
 class AggregatorCollector(Collector):
     def __init__(self, engine: Engine, aggregator: Aggregator,
-                 max_models_per_team: int = 200) -> None:
+                 max_models_per_team: int = 200, max_teams: int = 100) -> None:
         self.engine = engine
         self.max_models_per_team = max_models_per_team
+        self.max_teams = max_teams
         self.aggregator = aggregator
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -163,7 +164,11 @@ class AggregatorCollector(Collector):
             snap = build_snapshot(conn, now or datetime.now(UTC),
                                   self.aggregator.heartbeat_timeout_us / 1e6)
             order = first_seen(conn)
-        fold_models(snap, kept_models(order, {k[:2] for k in snap.settled_gpu_seconds}
+        teams = kept_teams(order, {k[1] for k in snap.settled_gpu_seconds}
+                           | {k[1] for k in snap.jobs_running}, self.max_teams)
+        fold_teams(snap, teams)
+        fold_models(snap, kept_models([o for o in order if o[1] in teams],
+                                      {k[:2] for k in snap.settled_gpu_seconds}
                                       | set(snap.jobs_running), self.max_models_per_team))
         with self._lock:
             self.settled.update(snap.settled_gpu_seconds, revision_key=1)
@@ -225,10 +230,16 @@ class AggregatorCollector(Collector):
             "Models whose series are summed into model=\"other\" (beyond the per-team bound).",
             labels=["team"],
         )
+        folded_teams = GaugeMetricFamily(
+            "ett_metrics_folded_teams",
+            "Teams whose series are summed into team=\"other\" (beyond ETT_METRICS_MAX_TEAMS).",
+        )
         if snap is not None:
             for team, n in snap.folded_models.items():
                 folded.add_metric([team], n)
+            folded_teams.add_metric([], snap.folded_teams)
         yield folded
+        yield folded_teams
         yield last
         yield lag
         yield leader
@@ -383,10 +394,10 @@ class AggregatorCollector(Collector):
 
 def register_aggregator_metrics(
     registry: CollectorRegistry, aggregator: Aggregator, engine: Engine,
-    max_models_per_team: int = 200,
+    max_models_per_team: int = 200, max_teams: int = 100,
 ) -> AggregatorCollector:
     """Attach the exporter to `aggregator` so every pass refreshes the snapshot."""
-    collector = AggregatorCollector(engine, aggregator, max_models_per_team)
+    collector = AggregatorCollector(engine, aggregator, max_models_per_team, max_teams)
     duration = Histogram(
         "ett_aggregation_duration_seconds", "Duration of aggregation passes.",
         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=registry,

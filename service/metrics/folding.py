@@ -1,10 +1,15 @@
-"""A bound on the model series each team exports (`ETT_METRICS_MAX_MODELS_PER_TEAM`).
+"""Bounds on the series /metrics exports: teams (`ETT_METRICS_MAX_TEAMS`) and models per
+team (`ETT_METRICS_MAX_MODELS_PER_TEAM`).
 
-Model names come from writers, and each one added a dozen series to /metrics (5,000
-invented models made 30,665 lines). Per team, the models first seen earliest keep their
-own series; the rest are summed into `model="other"` and counted in
-`ett_metrics_folded_models{team}`. The earliest-first order is stable: a new model never
-displaces one already exported, so no counter moves between series (and never goes down).
+Model and team names come from writers, and each one added a dozen series to /metrics
+(5,000 invented models made 30,665 lines; 1,500 invented teams 109,758). The teams first
+seen earliest keep their own series; every series of the rest is summed into
+`team="other"` (and `model="other"`), counted in `ett_metrics_folded_teams`. Within a kept
+team, the models first seen earliest keep their own series; the rest are summed into
+`model="other"` and counted in `ett_metrics_folded_models{team}`. The earliest-first order
+is stable: a new name never displaces one already exported, so no counter moves between
+series (and never goes down). `other` is reserved at ingest, as a model and as a team, so
+the folded series never mix with a real one.
 """
 
 from __future__ import annotations
@@ -32,6 +37,56 @@ def kept_models(first_seen: Iterable[tuple[str, str, datetime | None]],
     for team, models in by_team.items():
         kept.update((model, team) for _at, model in sorted(models)[:per_team])
     return kept
+
+
+def kept_teams(first_seen: Iterable[tuple[str, str, datetime | None]],
+               seen: Iterable[str], max_teams: int) -> set[str]:
+    """The teams that keep their own series: the `max_teams` first seen (ties by name); a
+    team with no first-seen time sorts last."""
+    first: dict[str, datetime] = {}
+    for _model, team, at in first_seen:
+        at = at.replace(tzinfo=None) if at is not None else _LAST
+        first[team] = min(first.get(team, _LAST), at)
+    teams = set(first) | set(seen)
+    return {team for _at, team in sorted((first.get(t, _LAST), t) for t in teams)[:max_teams]}
+
+
+def fold_teams(snap: Snapshot, kept: set[str]) -> None:
+    """Rewrite the snapshot's team-keyed figures in place: every series of a team outside
+    `kept` becomes `team="other"` and `model="other"` (summed); count the folded teams."""
+    folded: set[str] = set()
+
+    def team_of(team: str) -> str:
+        if team in kept:
+            return team
+        folded.add(team)
+        return OTHER
+
+    def pair(key: Key) -> Key:
+        return key if key[1] in kept else (OTHER, team_of(key[1]), *key[2:])
+
+    def first(key: Key) -> Key:
+        return key if key[0] in kept else (team_of(key[0]), *key[1:])
+
+    snap.settled_gpu_seconds = _fold(snap.settled_gpu_seconds, pair)
+    snap.at_risk_gpu_seconds = _fold(snap.at_risk_gpu_seconds, pair)
+    snap.jobs_running = _fold(snap.jobs_running, pair)
+    snap.failures = _fold(snap.failures, pair)
+    snap.stalled_jobs = _fold(snap.stalled_jobs, pair)
+    snap.stalled_gpu_seconds = _fold(snap.stalled_gpu_seconds, pair)
+    snap.queue_seconds = _fold(snap.queue_seconds, pair)
+    snap.uninstrumented_gpu_seconds = _fold(snap.uninstrumented_gpu_seconds, pair)
+    snap.telemetry_silent_jobs = _fold(snap.telemetry_silent_jobs, pair)
+    sum_counts = lambda a, b: [x + y for x, y in zip(a, b, strict=True)]  # noqa: E731
+    snap.tts_buckets = _fold(snap.tts_buckets, first, sum_counts)
+    snap.tts_sum = _fold(snap.tts_sum, first)
+    snap.ttr_buckets = _fold(snap.ttr_buckets, first, sum_counts)
+    snap.ttr_sum = _fold(snap.ttr_sum, first)
+    pairs = lambda a, b: (a[0] + b[0], a[1] + b[1])  # noqa: E731
+    for levels in snap.ratios.values():
+        levels["model"] = _fold(levels["model"], pair, pairs)  # type: ignore[assignment]
+        levels["team"] = _fold(levels["team"], first, pairs)  # type: ignore[assignment]
+    snap.folded_teams = len(folded)
 
 
 def _fold(values: dict[Key, float], rename: Callable[[Key], Key],

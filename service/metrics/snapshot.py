@@ -47,6 +47,8 @@ class Snapshot:
     queue_seconds: dict[Key, float] = field(default_factory=dict)
     uninstrumented_gpu_seconds: dict[Key, float] = field(default_factory=dict)
     telemetry_silent_jobs: dict[Key, int] = field(default_factory=dict)
+    # How many teams' series were summed into team="other" (metrics/folding.py).
+    folded_teams: int = 0
 
 
 def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,

@@ -114,7 +114,8 @@ def glob_to_like(pattern: str) -> str:
     return "".join(out)
 
 
-_SUMS = ", ".join(f"coalesce(sum({c}) FILTER (WHERE NOT running), 0)::bigint"
+# NUMERIC, read back as Python integers: a cohort's sum outgrows a bigint.
+_SUMS = ", ".join(f"coalesce(sum({c}) FILTER (WHERE NOT running), 0)::numeric"
                   for c in ["held_gpu_us", "effective_gpu_us", "nof", "tts_us", "ttr_us",
                             *_OVERHEAD_COLUMNS])
 
@@ -134,7 +135,7 @@ def load_cohort(conn: Connection, selector: Selector) -> Cohort:
     row = conn.execute(text(
         f"SELECT count(*) FILTER (WHERE NOT running), count(*) FILTER (WHERE running), {_SUMS}"
         f" FROM job_impact WHERE {' AND '.join(where)}"), params).one()
-    jobs, running, held, effective, nof, tts, ttr, *cells = row
+    jobs, running, held, effective, nof, tts, ttr, *cells = (int(v) for v in row)
     it = iter(cells)
     overhead = {t: {c: next(it) for c in COMPONENTS} for t in OVERHEAD_TERMS}
     return Cohort(jobs, running, held, effective, nof, tts, ttr, overhead)

@@ -30,8 +30,10 @@ def component_series(conn: Connection, start: datetime, end: datetime, step: str
             clauses.append(f" AND {name} = :f_{name}")
             params[f"f_{name}"] = value
     sql = (f"SELECT {column} AS at, component,"
-           f" sum(settled_gpu_us + unsettled_gpu_us)::bigint AS held,"
-           f" sum(unsettled_gpu_us)::bigint AS unsettled FROM {table}"
+           f" sum(settled_gpu_us + unsettled_gpu_us) AS held,"
+           f" sum(unsettled_gpu_us) AS unsettled FROM {table}"
            f" WHERE {column} >= :start AND {column} < :end{''.join(clauses)}"
            f" GROUP BY {column}, component ORDER BY {column}")
-    return [dict(row._mapping) for row in conn.execute(text(sql), params)]
+    # NUMERIC sums (a model-day outgrows a bigint) back as exact Python integers.
+    return [{**row._mapping, "held": int(row.held), "unsettled": int(row.unsettled)}
+            for row in conn.execute(text(sql), params)]

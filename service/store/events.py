@@ -1,5 +1,6 @@
-"""Storing validated events: exactly once per `event_id`, with their jobs queued for the
-aggregator in the same transaction. Never commits a transaction it did not begin.
+"""Storing validated events: exactly once per `event_id` within its job (and instant), with
+their jobs queued for the aggregator in the same transaction. Never commits a transaction
+it did not begin.
 
 A batch of `COPY_MIN_ROWS` or more is COPYed straight into `events` (sorted by id) in a
 transaction, its jobs queued by a second statement. That is the database's cheapest way in:
@@ -51,15 +52,33 @@ QUEUE_SQL = "INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(%(jobs)s AS text
 # per column instead spent ~40% of the ingest process's CPU in psycopg's pure-Python array
 # dumpers). ORDER BY event_id: see the module docstring. The count of new events is the
 # answer, and their jobs are queued in the same statement.
+#
+# A re-sent id is a retry only if its content is what is stored: an event whose job, id and
+# instant are stored with other content (another attempt, type, phase...) is another event,
+# stored under an id derived from its whole row (so its own retries are duplicates in turn),
+# never dropped as a duplicate. Every duplicate reaches this statement (the COPY path falls
+# back to it on a conflict); the probe is one primary-key lookup per row.
 INSERT_SQL = """
-    WITH ins AS (
+    WITH r AS (
+        SELECT (r->>0)::uuid AS event_id, (r->>1)::timestamptz AS ts, r->>2 AS job_id,
+               (r->>3)::int AS attempt, r->>4 AS model, r->>5 AS type, r->>6 AS phase,
+               (r->>7)::int AS gpus, r->>8 AS team, (r->>9)::int AS rank,
+               (r->>10)::jsonb AS attrs, (r->>11)::jsonb AS extra, md5(r::text) AS digest
+        FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+    ), ins AS (
         INSERT INTO events (event_id, ts, job_id, attempt, model, type, phase, gpus, team,
                             rank, attrs, extra)
-        SELECT (r->>0)::uuid, (r->>1)::timestamptz, r->>2, (r->>3)::int, r->>4, r->>5,
-               r->>6, (r->>7)::int, r->>8, (r->>9)::int, (r->>10)::jsonb, (r->>11)::jsonb
-        FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+        SELECT CASE WHEN EXISTS (
+                   SELECT 1 FROM events e
+                   WHERE e.job_id = r.job_id AND e.event_id = r.event_id AND e.ts = r.ts
+                     AND (e.attempt, e.model, e.type, e.phase, e.gpus, e.team, e.rank, e.attrs)
+                         IS DISTINCT FROM (r.attempt, r.model, r.type, r.phase, r.gpus, r.team,
+                                           r.rank, r.attrs))
+               THEN CAST(r.digest AS uuid) ELSE r.event_id END,
+               ts, job_id, attempt, model, type, phase, gpus, team, rank, attrs, extra
+        FROM r
         ORDER BY 1
-        ON CONFLICT (event_id) DO NOTHING
+        ON CONFLICT (job_id, event_id, ts) DO NOTHING
         RETURNING job_id
     ), dirty AS (
         INSERT INTO dirty_jobs (job_id) SELECT DISTINCT job_id FROM ins ORDER BY 1
@@ -87,19 +106,25 @@ CLAIM_SQL = """
     RETURNING job_id, model, team
 """
 Owners = dict[str, tuple[str, str | None]]
-# Given the owners of the batch's jobs, the lines that may be stored (ingest's ownership check).
-Admit = Callable[[Owners], Sequence[str]]
+# Given the owners of the batch's jobs: the lines that may be stored, and the lines moved to
+# another job (their claims are made next, in the same transaction); ingest's ownership check.
+Admit = Callable[[Owners], tuple[Sequence[str], Sequence[str]]]
+# A line's job is claimed at most twice: its own id, then (another team's) the id in that
+# team's namespace, which only that team's lines reach.
+_CLAIM_ROUNDS = 2
 
 
-def claims(lines: Iterable[str]) -> dict[str, list[str | None]]:
+def claims(lines: Iterable[str], default_team: str | None = None
+           ) -> dict[str, list[str | None]]:
     """The batch's claim per job: the first line's model, and the first team that lines of
-    that model name. Fields: job_id is 3rd, model 5th, team 9th of a COPY line."""
+    that model name (`default_team`, the writer's, for a line naming none). Fields: job_id
+    is 3rd, model 5th, team 9th of a COPY line."""
     out: dict[str, list[str | None]] = {}
     for line in lines:
         if is_scheduler_line(line):
             continue  # a scheduler's mapping never fixes a job's model or team
         fields = line.split("\t", 9)
-        job, model, team = fields[2], fields[4], _unescape(fields[8])
+        job, model, team = fields[2], fields[4], _unescape(fields[8]) or default_team
         claim = out.get(job)
         if claim is None:
             out[job] = [model, team]
@@ -108,8 +133,9 @@ def claims(lines: Iterable[str]) -> dict[str, list[str | None]]:
     return out
 
 
-def _claim_params(lines: Iterable[str]) -> dict[str, list[str | None]]:
-    wanted = claims(lines)
+def _claim_params(lines: Iterable[str], default_team: str | None
+                  ) -> dict[str, list[str | None]]:
+    wanted = claims(lines, default_team)
     jobs = sorted(wanted)
     return {"jobs": jobs, "models": [wanted[j][0] for j in jobs],
             "teams": [wanted[j][1] for j in jobs]}
@@ -193,11 +219,16 @@ def _in_own_transaction(conn: psycopg.Connection | psycopg.AsyncConnection) -> b
     return conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE
 
 
+def _jobs_of(lines: Iterable[str]) -> set[str]:
+    return {line.split("\t", 3)[2] for line in lines}
+
+
 def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str],
-               admit: Admit | None = None) -> int:
+               admit: Admit | None = None, default_team: str | None = None) -> int:
     """Store the events (COPY text lines, distinct ids) not stored yet and queue their jobs;
-    return how many were new. With `admit`, the batch first claims its jobs' owners and
-    stores only the lines `admit` keeps, in the same transaction.
+    return how many were new. With `admit`, the batch first claims its jobs' owners (a line
+    naming no team claims for `default_team`) and stores only the lines `admit` keeps, in
+    the same transaction.
 
     In a transaction the caller began, the COPY runs in a savepoint; in autocommit mode,
     as the one query of a transaction of its own.
@@ -207,8 +238,15 @@ def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[st
     if admit is None:
         return _store(conn, lines, jobs)
     with conn.transaction():
-        owners = {r[0]: (r[1], r[2]) for r in conn.execute(CLAIM_SQL, _claim_params(lines))}
-        return _store(conn, admit(owners), jobs)
+        kept: list[str] = []
+        pending: Sequence[str] = lines
+        for _ in range(_CLAIM_ROUNDS):
+            if not pending:
+                break
+            rows = conn.execute(CLAIM_SQL, _claim_params(pending, default_team))
+            admitted, pending = admit({r[0]: (r[1], r[2]) for r in rows})
+            kept.extend(admitted)
+        return _store(conn, kept, _jobs_of(kept))
 
 
 def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) -> int:
@@ -237,16 +275,24 @@ def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) 
 
 
 async def store_rows_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
-                           jobs: Iterable[str], admit: Admit | None = None) -> int:
+                           jobs: Iterable[str], admit: Admit | None = None,
+                           default_team: str | None = None) -> int:
     """`store_rows` on an asyncio connection (the ingest pool's, in autocommit mode)."""
     if not lines:
         return 0
     if admit is None:
         return await _store_async(conn, lines, jobs)
     async with conn.transaction():
-        cur = await conn.execute(CLAIM_SQL, _claim_params(lines), prepare=True)
-        owners = {r[0]: (r[1], r[2]) for r in await cur.fetchall()}
-        return await _store_async(conn, admit(owners), jobs)
+        kept: list[str] = []
+        pending: Sequence[str] = lines
+        for _ in range(_CLAIM_ROUNDS):
+            if not pending:
+                break
+            cur = await conn.execute(CLAIM_SQL, _claim_params(pending, default_team),
+                                     prepare=True)
+            admitted, pending = admit({r[0]: (r[1], r[2]) for r in await cur.fetchall()})
+            kept.extend(admitted)
+        return await _store_async(conn, kept, _jobs_of(kept))
 
 
 async def _store_async(conn: psycopg.AsyncConnection, lines: Sequence[str],

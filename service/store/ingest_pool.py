@@ -48,7 +48,7 @@ class IngestPool:
         self._slots: asyncio.Semaphore | None = None
 
     async def store(self, lines: Sequence[str], jobs: Iterable[str],
-                    admit: Admit | None = None) -> int:
+                    admit: Admit | None = None, default_team: str | None = None) -> int:
         """Store the batch (first copy of each id) and mark its jobs dirty; return how many
         events were new. Returns only after PostgreSQL committed; Unavailable when the
         database is not there (now)."""
@@ -66,7 +66,7 @@ class IngestPool:
         conn: psycopg.AsyncConnection | None = None
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
-            inserted = await store_rows_async(conn, lines, jobs, admit)
+            inserted = await store_rows_async(conn, lines, jobs, admit, default_team)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             # Refused or timed-out connects, a server shutting down, a statement timeout, a
             # connection that died mid-statement (committed or not, the client cannot know:

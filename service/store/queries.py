@@ -102,9 +102,11 @@ def window_rows(
         )
     if not parts:
         return []
-    sql = (f"SELECT {select_cols}, sum(settled)::bigint AS settled, sum(unsettled)::bigint"
+    sql = (f"SELECT {select_cols}, sum(settled) AS settled, sum(unsettled)"
            f" AS unsettled FROM ({' UNION ALL '.join(parts)}) AS w GROUP BY {select_cols}")
-    return [dict(row._mapping) for row in conn.execute(text(sql), params)]
+    # NUMERIC sums (a model-day outgrows a bigint) back as exact Python integers.
+    return [{**row._mapping, "settled": int(row.settled), "unsettled": int(row.unsettled)}
+            for row in conn.execute(text(sql), params)]
 
 
 def job_result(conn: Connection, job_id: str) -> dict[str, Any] | None:

@@ -183,7 +183,7 @@ _DELETE_ROLLUP = """
         DELETE FROM rollup_hourly WHERE job_id = ANY(%(ids)s)
         RETURNING hour, model, team, component, phase, owner, settled_gpu_us, unsettled_gpu_us)
     SELECT (extract(epoch FROM hour) * 1000000)::bigint, model, team, component, phase, owner,
-           sum(settled_gpu_us)::bigint, sum(unsettled_gpu_us)::bigint
+           sum(settled_gpu_us), sum(unsettled_gpu_us)
     FROM gone GROUP BY hour, model, team, component, phase, owner
 """
 
@@ -196,7 +196,9 @@ def delete_job_rows(conn: Connection, job_ids: Sequence[str], deltas: Deltas) ->
     with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
         cur.execute(_DELETE_ROLLUP, params)
         for hour, model, team, component, phase, owner, settled, unsettled in cur:
-            deltas.add(hour, model, team, component, phase, owner, -settled, -unsettled)
+            # NUMERIC: the jobs of a chunk summed can outgrow a bigint.
+            deltas.add(hour, model, team, component, phase, owner, -int(settled),
+                       -int(unsettled))
         for table in ("segments", "attempts", "jobs"):
             cur.execute(f"DELETE FROM {table} WHERE job_id = ANY(%(ids)s)", params)
 
@@ -318,9 +320,13 @@ def _bulk_add(conn: Connection, table: str, keys: dict[str, str], values: tuple[
     """
     if not rows:
         return
-    columns = {**keys, **dict.fromkeys(values, "bigint")}
+    # The sums as NUMERIC, sent as decimal strings: a chunk's delta for one model-day can
+    # pass 2^64, beyond what JSON numbers carry exactly (and what orjson writes).
+    columns = {**keys, **dict.fromkeys(values, "numeric")}
     names = list(columns)
-    payload = orjson.dumps([dict(zip(names, row, strict=True)) for row in sorted(rows)])
+    k = len(keys)
+    payload = orjson.dumps([dict(zip(names, (*row[:k], *map(str, row[k:])), strict=True))
+                            for row in sorted(rows)])
     key_list = ", ".join(keys)
     conn.execute(
         text(
@@ -358,6 +364,13 @@ def apply_deltas(conn: Connection, deltas: Deltas) -> None:
     _bulk_add(conn, "settled_totals",
               {"model": "text", "team": "text", "component": "text", "owner": "text"},
               ("settled_gpu_us",), totals)
+
+
+def requeue(conn: Connection, job_ids: Sequence[str]) -> None:
+    """Queue the jobs for the next pass again (their events are not all due yet)."""
+    if job_ids:
+        conn.execute(text("INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(:j AS text[]))"),
+                     {"j": sorted(job_ids)})
 
 
 def consume_dirty(conn: Connection, seqs: Sequence[int]) -> None:

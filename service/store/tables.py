@@ -38,7 +38,8 @@ TS = DateTime(timezone=True)
 events = Table(
     "events",
     metadata,
-    Column("event_id", Uuid(as_uuid=False), primary_key=True),
+    # Unique within a job (and instant), not globally: see migration 0008.
+    Column("event_id", Uuid(as_uuid=False), nullable=False),
     Column("ts", TS, nullable=False),
     Column("job_id", Text, nullable=False),
     Column("attempt", Integer, nullable=False),
@@ -52,6 +53,7 @@ events = Table(
     # Unknown top-level fields, kept verbatim so a newer client loses nothing.
     Column("extra", JSONB),
     Column("received_at", TS, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("job_id", "event_id", "ts"),
     Index("ix_events_job_id_ts", "job_id", "ts"),
     Index("ix_events_received_at", "received_at", postgresql_using="brin"),
 )
@@ -129,14 +131,15 @@ segments = Table(
     Index("ix_segments_hour_model", "hour", "model"),
 )
 
-def _rollup_columns() -> list[Column]:
+def _rollup_columns(sums: BigInteger | Numeric | None = None) -> list[Column]:
     """The labels and GPU-microsecond sums every rollup table carries (fresh objects each
-    call: a Column belongs to one table)."""
+    call: a Column belongs to one table). A job's own rows fit a bigint (its GPUs are
+    bounded); the fleet's sum over jobs does not, so those are NUMERIC (migration 0008)."""
     return [
         *(Column(name, Text, nullable=False)
           for name in ("model", "team", "component", "phase", "owner")),
-        Column("settled_gpu_us", BigInteger, nullable=False),
-        Column("unsettled_gpu_us", BigInteger, nullable=False),
+        Column("settled_gpu_us", sums or BigInteger(), nullable=False),
+        Column("unsettled_gpu_us", sums or BigInteger(), nullable=False),
     ]
 
 
@@ -157,7 +160,7 @@ fleet_hourly = Table(
     "fleet_hourly",
     metadata,
     Column("hour", TS, nullable=False),
-    *_rollup_columns(),
+    *_rollup_columns(Numeric(30, 0)),
     PrimaryKeyConstraint("hour", "model", "team", "component", "phase", "owner"),
     Index("ix_fleet_hourly_model_hour", "model", "hour"),
 )
@@ -168,7 +171,7 @@ fleet_daily = Table(
     "fleet_daily",
     metadata,
     Column("day", TS, nullable=False),
-    *_rollup_columns(),
+    *_rollup_columns(Numeric(30, 0)),
     PrimaryKeyConstraint("day", "model", "team", "component", "phase", "owner"),
     Index("ix_fleet_daily_model_day", "model", "day"),
 )

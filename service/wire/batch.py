@@ -24,6 +24,7 @@ from service.store.copy_text import json_text, opt
 from .event import (
     CANONICAL_UUID_RE,
     EVENT_TYPES,
+    FOLDED,
     KNOWN_FIELDS,
     MAX_ATTEMPT,
     MAX_GPUS,
@@ -129,6 +130,8 @@ def _plain_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
             return None
     elif type(gpus) is not int or not 1 <= gpus <= MAX_GPUS:
         return None
+    if model == FOLDED or team == FOLDED:
+        return None
     if (team is not None and team not in names) or (
             rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_RANK)):
         return None
@@ -174,8 +177,9 @@ def _scope_error(principal: WriteScope, model: str, team: str | None, scheduler:
 def validate_batch(
     raw: list[Any], principal: WriteScope, *, now: datetime, max_future_s: float,
     max_age_s: float, owner_of: Callable[[str], str | None] = lambda _model: None,
+    window: bool = False,
 ) -> ValidatedBatch:
-    """Split a batch into rows to store (first copy of each id) and rejections."""
+    """Split a batch into rows to store (first copy of each id in its job) and rejections."""
     lines: list[str] = []
     jobs: set[str] = set()
     rejected: list[dict[str, Any]] = []
@@ -194,10 +198,11 @@ def validate_batch(
         if fast is None:
             try:
                 event = validate_event(obj, now=now, max_future_s=max_future_s,
-                                       max_age_s=max_age_s)
+                                       max_age_s=max_age_s, window=window)
             except WireError as exc:
                 rejected.append({"index": index, "error": every_error(
-                    obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s)})
+                    obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s,
+                    window=window)})
                 continue
             line, job_id, model, team = line_of(event), event.job_id, event.model, event.team
         else:
@@ -214,11 +219,13 @@ def validate_batch(
             rejected.append({"index": index, "error": error})
             forbidden.append(error)
             continue
-        event_id = line[:36]
-        if event_id in seen:
+        # An id is one event within its job and instant (the store's key); the same id in
+        # another job is another event.
+        identity = line[:36] + "\t" + job_id + "\t" + line.split("\t", 2)[1]
+        if identity in seen:
             duplicates += 1
             continue
-        seen.add(event_id)
+        seen.add(identity)
         lines.append(line)
         indices.append(index)
         jobs.add(job_id)

@@ -21,6 +21,9 @@ EVENT_TYPES = frozenset(
     {"allocated", "released", "phase_start", "phase_end", "checkpoint", "failure", "heartbeat"}
 )
 FAILURE_CAUSES = ("infra", "user", "preemption")
+# The model and team name /metrics folds the series beyond its bounds into: no writer may
+# send it, so a folded series never mixes with a real one.
+FOLDED = "other"
 RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
 KNOWN_FIELDS = frozenset(
     {
@@ -255,7 +258,18 @@ def _check_scheduler_attrs(value: dict[str, Any], etype: str) -> None:
             raise WireError(f"attrs.{key}: must be a string of at most 64 characters")
 
 
-def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: float) -> WireEvent:
+def age_error(ts: Any, max_age_s: float, window: bool) -> str:
+    """The rejection of a `ts` older than the writer may send: the ingest window for a
+    writer (with the backfill path), the retention horizon for an admin."""
+    if window:
+        return (f"ts: {ts} is older than the ingest window of {max_age_s / 86400:g} days"
+                " (ETT_INGEST_MAX_AGE); older events are backfilled by an admin: POST them"
+                " with an admin token (docs/operations.md, \"Backfill\")")
+    return f"ts: {ts} is older than the retention horizon of {max_age_s / 86400:.0f} days"
+
+
+def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: float,
+                   window: bool = False) -> WireEvent:
     """Return the normalised event or raise WireError naming the offending field."""
     if not isinstance(obj, dict):
         raise WireError("event: must be a JSON object")
@@ -280,12 +294,13 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
             f" (limit {max_future_s:.0f} s)"
         )
     if -skew > max_age_s:
-        raise WireError(
-            f"ts: {obj['ts']} is older than the retention horizon of {max_age_s / 86400:.0f} days"
-        )
+        raise WireError(age_error(obj["ts"], max_age_s, window))
     job_id = _name(obj["job_id"], "job_id")
     attempt = _int(obj["attempt"], "attempt", 0, MAX_ATTEMPT)
     model = _name(obj["model"], "model")
+    if model == FOLDED:
+        raise WireError(f"model: {FOLDED!r} is reserved (/metrics sums the models beyond its"
+                        " bound under that name)")
     etype = obj["type"]
     if not isinstance(etype, str) or etype not in EVENT_TYPES:
         raise WireError(
@@ -308,6 +323,9 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
     team = obj.get("team")
     if team is not None:
         team = _name(team, "team")
+        if team == FOLDED:
+            raise WireError(f"team: {FOLDED!r} is reserved (/metrics sums the teams beyond its"
+                            " bound under that name)")
     rank = obj.get("rank")
     if rank is not None:
         rank = _int(rank, "rank", 0, MAX_RANK)

@@ -30,7 +30,7 @@ def _stand_in(field: str, now: datetime) -> Any:
 
 
 def every_error(obj: Any, first: WireError, *, now: datetime, max_future_s: float,
-                max_age_s: float) -> str:
+                max_age_s: float, window: bool = False) -> str:
     """`first` and the errors behind it, joined by "; " in the order they are found."""
     errors = [str(first)]
     if not isinstance(obj, dict):
@@ -47,7 +47,8 @@ def every_error(obj: Any, first: WireError, *, now: datetime, max_future_s: floa
         else:  # an unknown field, or "unknown fields": drop every field the contract lacks
             fixed = {k: v for k, v in fixed.items() if k in KNOWN_FIELDS}
         try:
-            validate_event(fixed, now=now, max_future_s=max_future_s, max_age_s=max_age_s)
+            validate_event(fixed, now=now, max_future_s=max_future_s, max_age_s=max_age_s,
+                           window=window)
             break
         except WireError as exc:
             error = exc

@@ -1,9 +1,12 @@
 """Spans -> v1 events: what `POST /v1/traces` stores, through the same validation as
 `POST /v1/events`.
 
-Each event id is a UUID derived from the span's trace id, span id and the event's role in
-it, so an exporter that re-sends a span (OTLP exporters retry whole batches) produces the
-same ids, and the store counts them as duplicates.
+Each event id is a UUID derived from the span's trace id, span id, the event's role in it,
+its job and its attempt, so an exporter that re-sends a span (OTLP exporters retry whole
+batches) produces the same ids, and the store counts them as duplicates; while a trainer
+whose seeded `random` repeats its trace and span ids on a restart (OpenTelemetry's default
+id generator draws from it) gives its new attempt new ids. The same ids at another instant
+in one attempt are kept too: the store's key holds the instant.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ class SpanEvents:
     ignored: int = 0
 
 
-def event_id(trace_id: str, span_id: str, role: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, f"{trace_id}:{span_id}:{role}"))
+def event_id(trace_id: str, span_id: str, role: str, job_id: Any, attempt: Any) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"{trace_id}:{span_id}:{role}:{job_id}:{attempt}"))
 
 
 def rfc3339(unix_ns: int) -> str:
@@ -88,7 +91,8 @@ def events_of(spans: Iterable[SpanRecord], mapping: SpanMapping) -> SpanEvents:
         def add(role: str, ts: str, etype: str, extra: dict[str, Any] | None = None,
                 index: int = index, span: SpanRecord = span, base: dict[str, Any] = base
                 ) -> None:
-            out.events.append((index, {"event_id": event_id(span.trace_id, span.span_id, role),
+            out.events.append((index, {"event_id": event_id(span.trace_id, span.span_id, role,
+                                                            base["job_id"], base["attempt"]),
                                        "ts": ts, "type": etype, **base, **(extra or {})}))
 
         # The optimizer step the span ended at (docs/model.md section 24): on its end event.

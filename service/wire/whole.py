@@ -27,6 +27,7 @@ from service.store.copy_text import NULL as _N
 from .batch import ValidatedBatch, WriteScope
 from .event import (
     EVENT_TYPES,
+    FOLDED,
     MAX_ATTEMPT,
     MAX_ATTRS_BYTES,
     MAX_ATTRS_DEPTH,
@@ -167,6 +168,8 @@ def decide_whole(
             or not _names_valid(jobs | {m for m, _ in scopes} | {t for _, t in scopes}
                                 | {p for _, p, _ in kinds})):
         return None
+    if FOLDED in {m for m, _ in scopes} | {t for _, t in scopes}:
+        return None  # reserved: the per-event path words the rejection
     if any(e.attrs is not None and "source" in e.attrs for e in events):
         return None  # a scheduler's events are the adapter's scope: the per-event path
     for model, team in scopes:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,8 +18,15 @@ from service.access.auth import Authenticator
 from service.api.app import AppContext, create_app
 from service.settings import Settings
 from service.taxonomy import DEFAULT_TAXONOMY_PATH
+from tests import factories
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import event
+
+# Writers may send only events within the ingest window (7 days).
+RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
+
+
+def event(type_: str, minutes: float, **fields: Any) -> dict[str, Any]:
+    return factories.event(type_, minutes, **{"base": RECENT, **fields})
 
 
 @pytest.fixture

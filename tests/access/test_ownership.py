@@ -1,14 +1,30 @@
 """Ownership (issue 15, defect 2): a job's model and team are fixed by its first stored
-event; a writer can never move another team's job or inject events into it."""
+event; a writer can never move another team's job or inject events into it. And (trust,
+round 2) a claim binds only the claiming team: another team's events for that id go to
+that team's own job, never refused or merged."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import text
 
 from ett_core import Taxonomy
 from service.aggregate import Aggregator
+from tests import factories
 from tests.access.test_access import auth, client, make_client, post, taxonomy_file, token
-from tests.factories import event, spec_example
+
+# Writers may send only events within the ingest window (7 days).
+RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
+
+
+def event(type_: str, minutes: float, **fields: Any) -> dict[str, Any]:
+    return factories.event(type_, minutes, base=RECENT, **fields)
+
+
+def spec_example(**fields: Any) -> list[dict[str, Any]]:
+    return factories.spec_example(base=RECENT, **fields)
 
 __all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
@@ -36,28 +52,79 @@ def test_a_writer_may_not_post_its_model_into_another_teams_job(client, db_engin
     r = post(client, ads, hostile)
     assert r.status_code == 202, r.text
     body = r.json()
-    assert body["accepted"] == 1 and body["duplicates"] == 0  # only its own job
-    assert [x["index"] for x in body["rejected"]] == [0, 1]
-    error = body["rejected"][0]["error"]
-    assert "'rank-1'" in error and "'search'" in error and "'ads_x'" in error
-    # The search writer's team-less events took its token's team.
+    # Neither merged into the search job nor refused: the ads team's own job of that id.
+    assert (body["accepted"], body["duplicates"], body["rejected"]) == (3, 0, [])
+    assert body["moved"] == [{"index": 0, "job_id": "rank-1@ads"},
+                             {"index": 1, "job_id": "rank-1@ads"}]
+    # The writers' team-less events took their tokens' teams.
     assert set(job_models(db_engine, "rank-1")) == {("search", "search")}
-    # Retried, the same answer (nothing stored meanwhile, the valid one a duplicate).
+    assert job_models(db_engine, "rank-1@ads") == [("ads_x", "ads")]
+    # Retried, the same answer (nothing new stored, every event a duplicate).
     again = post(client, ads, hostile).json()
-    assert (again["accepted"], again["duplicates"], len(again["rejected"])) == (0, 1, 2)
+    assert (again["accepted"], again["duplicates"], again["rejected"]) == (0, 3, [])
 
 
-def test_a_later_event_may_not_name_another_team_for_the_job(client, db_engine) -> None:
+def test_a_writer_of_the_same_team_may_not_move_its_job_to_another_model(client,
+                                                                         db_engine) -> None:
+    search = token(db_engine, "writer", "search", ("search*",))
+    assert post(client, search, [event("heartbeat", 0, job_id="s-1", model="search")]
+                ).json()["accepted"] == 1
+    body = post(client, search, [event("heartbeat", 1, job_id="s-1", model="search_b")]).json()
+    assert body["accepted"] == 0 and [x["index"] for x in body["rejected"]] == [0]
+    assert "'s-1' belongs to model 'search' (team 'search')" in body["rejected"][0]["error"]
+
+
+def test_a_squatted_job_id_does_not_stop_the_real_team(client, db_engine) -> None:
+    """Defect 3 of the second trust round: one heartbeat of the feed team's writer for a
+    predictable scheduler id made every later event of the ads team's real job rejected."""
+    feed = token(db_engine, "writer", "feed", ("feed_*",))
+    ads = token(db_engine, "writer", "ads", ("ads_*",))
+    squat = post(client, feed, [event("heartbeat", 0, job_id="slurm-1000123",
+                                      model="feed_squat")]).json()
+    assert squat["accepted"] == 1
+    real = [event("allocated", 10, job_id="slurm-1000123", model="ads_x", gpus=8),
+            event("phase_start", 11, job_id="slurm-1000123", model="ads_x", phase="training"),
+            event("released", 70, job_id="slurm-1000123", model="ads_x")]
+    body = post(client, ads, real).json()
+    assert (body["accepted"], body["rejected"]) == (3, [])
+    assert {m["job_id"] for m in body["moved"]} == {"slurm-1000123@ads"}
+    assert job_models(db_engine, "slurm-1000123@ads") == [("ads_x", "ads")]
+    assert job_models(db_engine, "slurm-1000123") == [("feed_squat", "feed")]
+    # The namespaced name cannot be squatted in turn: '@' is not a name a writer may send.
+    pre = post(client, feed, [event("heartbeat", 1, job_id="other-9@ads", model="feed_x")])
+    assert pre.json()["accepted"] == 0 and "job_id" in pre.json()["rejected"][0]["error"]
+
+
+def test_an_event_id_is_a_duplicate_only_within_its_job(client, db_engine) -> None:
+    """Defect 2: an id already stored in another team's job made a new event a silent
+    duplicate (accepted 0, duplicates 1)."""
+    feed = token(db_engine, "writer", "feed", ("feed_*",))
+    ads = token(db_engine, "writer", "ads", ("ads_*",))
+    first = event("heartbeat", 0, job_id="feed-1", model="feed_x")
+    assert post(client, feed, [first]).json()["accepted"] == 1
+    same_id = {**event("heartbeat", 5, job_id="ads-1", model="ads_x"),
+               "event_id": first["event_id"]}
+    body = post(client, ads, [same_id]).json()
+    assert (body["accepted"], body["duplicates"]) == (1, 0)
+    # And within one job, a retry is still a duplicate.
+    body = post(client, ads, [same_id]).json()
+    assert (body["accepted"], body["duplicates"]) == (0, 1)
+    with db_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events WHERE event_id = :i"),
+                            {"i": first["event_id"]}).scalar_one() == 2
+
+
+def test_an_event_naming_another_team_goes_to_that_teams_job(client, db_engine) -> None:
     r = client.post("/v1/events", headers={"Authorization": "Bearer test-admin-token"},
                     json={"events": [event("allocated", 0, job_id="j", model="m", gpus=1,
                                            team="red"),
                                      event("heartbeat", 1, job_id="j", model="m", team="blue"),
                                      event("heartbeat", 2, job_id="j", model="m")]})
     body = r.json()
-    assert body["accepted"] == 2
-    assert [x["index"] for x in body["rejected"]] == [1]
-    assert "team 'red'" in body["rejected"][0]["error"]
-    assert "(team 'blue')" in body["rejected"][0]["error"]
+    assert (body["accepted"], body["rejected"]) == (3, [])
+    assert body["moved"] == [{"index": 1, "job_id": "j@blue"}]
+    assert set(job_models(db_engine, "j")) == {("m", None), ("m", "red")}
+    assert job_models(db_engine, "j@blue") == [("m", "blue")]
 
 
 def test_ownership_holds_on_the_copy_path_of_large_batches(client, db_engine) -> None:
@@ -70,6 +137,22 @@ def test_ownership_holds_on_the_copy_path_of_large_batches(client, db_engine) ->
     assert body["accepted"] == 10 and len(body["rejected"]) == 49
     assert job_models(db_engine, "big") == [("one", None)]
     _ = auth  # the shared helpers
+
+
+def test_a_resent_id_with_other_content_is_another_event_not_a_duplicate(client,
+                                                                          db_engine) -> None:
+    """Defect 2: a re-sent id whose content differs (here another attempt at the same
+    instant) is not a retry: it is stored under an id derived from its content."""
+    admin = {"Authorization": "Bearer test-admin-token"}
+    first = event("heartbeat", 0, job_id="re", model="m")
+    again = {**first, "attempt": 1}
+    for ev, accepted in ((first, 1), (first, 0), (again, 1), (again, 0)):
+        body = client.post("/v1/events", headers=admin, json={"events": [ev]}).json()
+        assert (body["accepted"], body["duplicates"]) == (accepted, 1 - accepted), ev
+    with db_engine.connect() as conn:
+        rows = conn.execute(text("SELECT attempt FROM events WHERE job_id = 're'"
+                                 " ORDER BY attempt")).scalars().all()
+    assert rows == [0, 1]
 
 
 def test_a_writer_tokens_team_is_the_default_team_of_its_events(client, db_engine) -> None:

@@ -10,13 +10,26 @@ from service.access.auth import Authenticator
 from service.aggregate import build_aggregator
 from service.api.app import AppContext, create_app
 from service.settings import Settings
-from tests.access.test_access import client, make_client, post, taxonomy_file, token
+from tests import factories
+from tests.access.test_access import (
+    RECENT,
+    client,
+    event,
+    make_client,
+    post,
+    taxonomy_file,
+    token,
+)
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import event, ts
 
 __all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def ts(minutes: float) -> str:
+    """Within the ingest window: adapters and writers may send nothing older."""
+    return factories.ts(minutes, RECENT)
 
 
 def sched(type_: str, minutes: float, **fields):

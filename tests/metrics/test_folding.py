@@ -63,3 +63,51 @@ def test_a_new_model_never_displaces_one_already_kept() -> None:
         ("b", "t"), ("a", "t"), ("c", "t")}
     # A pair with no first-seen time (its jobs pruned) sorts last.
     assert kept_models(first, [("zz", "t")], 3) == {("b", "t"), ("a", "t"), ("c", "t")}
+
+
+@pytest.fixture
+def few_teams(app_context, db_engine):
+    app_context.aggregator.clock = lambda: NOW
+    collector = register_aggregator_metrics(app_context.registry, app_context.aggregator,
+                                            db_engine, max_models_per_team=3, max_teams=2)
+    yield collector
+    collector.close()
+
+
+def test_teams_beyond_the_bound_are_summed_as_team_other_and_counted(api, few_teams) -> None:
+    """Trust round 2, defect 5: models per team were folded, teams were not (1,500 invented
+    teams took /metrics from 1,914 to 109,758 lines). Five teams, one model each, 1 GPU for
+    an hour, team i starting i hours in: t0 and t1 (first seen) keep their series; t2..t4
+    sum to 3 x 3600 GPU-s under team="other", model="other"."""
+    events = []
+    for i in range(5):
+        job, model = f"job-{i}", f"model-{i}"
+        events += [event("allocated", 60 * i, job_id=job, model=model, gpus=1, team=f"t{i}"),
+                   event("released", 60 * i + 60, job_id=job, model=model)]
+    assert api.post("/v1/events", json={"events": events}).json()["accepted"] == len(events)
+    api.post("/v1/aggregate")
+    text = api.get("/metrics").text
+    held, folded_teams, teams = {}, None, set()
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if "team" in s.labels:
+                teams.add(s.labels["team"])
+            if s.name == "ett_held_gpu_seconds_total":
+                held[(s.labels["model"], s.labels["team"])] = s.value
+            if s.name == "ett_metrics_folded_teams":
+                folded_teams = s.value
+    assert held == {("model-0", "t0"): 3600.0, ("model-1", "t1"): 3600.0,
+                    ("other", "other"): 10800.0}
+    assert folded_teams == 3.0
+    assert teams <= {"t0", "t1", "other"}
+    assert "model-4" not in text
+
+
+def test_other_is_reserved_as_a_model_and_a_team_at_ingest(api) -> None:
+    """So a real model named `other` is never merged into the folded series."""
+    padding = [event("heartbeat", i, job_id="pad", model="pad") for i in range(20)]
+    for events in ([event("heartbeat", 0, model="other")],  # the per-event path
+                   [*padding, event("heartbeat", 30, model="m", team="other")]):  # whole batch
+        body = api.post("/v1/events", json={"events": events}).json()
+        assert [r["index"] for r in body["rejected"]] == [len(events) - 1]
+        assert "'other' is reserved" in body["rejected"][0]["error"]

@@ -103,7 +103,7 @@ def test_the_cli_lists_models_by_projected_saving_and_filters_them(api, database
     for k in range(3):
         post_all(api, interrupted_job(f"a-{k}", "llama-a", 100 * k))
     post_all(api, interrupted_job("b-0", "llama-b", 0))
-    post_all(api, interrupted_job("c-0", "other", 0))
+    post_all(api, interrupted_job("c-0", "gpt-c", 0))
     api.post("/v1/aggregate")
     monkeypatch.setenv("ETT_DATABASE_URL", database_url)
     args = ["advise", "checkpoints", "--start", WINDOW["start"], "--end", WINDOW["end"]]
@@ -117,7 +117,7 @@ def test_the_cli_lists_models_by_projected_saving_and_filters_them(api, database
     assert ett_main(args) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[:3] == ["model", "team", "status"]
-    assert "other: 1 interruption(s)" in table
+    assert "gpt-c: 1 interruption(s)" in table
 
 
 def test_the_cli_rejects_a_window_that_ends_before_it_starts(database_url, monkeypatch,

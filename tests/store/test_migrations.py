@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import inspect
+import pytest
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from service.store import migrate
 from service.store.engine import make_engine
@@ -28,3 +30,34 @@ def test_migrations_upgrade_downgrade_and_upgrade_again_with_no_drift(pg_server_
 
 def test_there_is_exactly_one_head() -> None:
     assert migrate.head_revision()
+
+
+def test_0008_keeps_the_events_of_the_previous_schema_and_scopes_ids_to_jobs(
+        pg_server_url) -> None:
+    """Rows stored under 0006 (one global id namespace, bigint fleet sums) are converted in
+    place: nothing lost, an id may then repeat in another job, and a model-day sum past a
+    bigint fits."""
+    engine = make_engine(create_database(pg_server_url, "ett_mig8"), pool_size=1)
+    row = {"id": "00000000-0000-4000-8000-000000000001", "ts": "2026-11-30T00:00:00Z"}
+    insert = text("INSERT INTO events (event_id, ts, job_id, attempt, model, type)"
+                  " VALUES (:id, :ts, :job, 0, 'm', 'heartbeat')")
+    try:
+        migrate.upgrade(engine, "0007")
+        with engine.begin() as conn:
+            conn.execute(insert, {**row, "job": "a"})
+            conn.execute(text("INSERT INTO fleet_daily VALUES ('2026-11-30', 'm', 't', 'c', 'p',"
+                              " 'o', 9000000000000000000, 0)"))
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(insert, {**row, "job": "b"})  # the defect: one global namespace
+        migrate.upgrade(engine)
+        migrate.check(engine)
+        with engine.begin() as conn:
+            conn.execute(insert, {**row, "job": "b"})
+            conn.execute(text("UPDATE fleet_daily SET settled_gpu_us = settled_gpu_us * 2"))
+            jobs = conn.execute(text("SELECT job_id FROM events ORDER BY 1")).scalars().all()
+            total = conn.execute(text("SELECT settled_gpu_us FROM fleet_daily")).scalar_one()
+        assert jobs == ["a", "b"] and total == 18_000_000_000_000_000_000
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(insert, {**row, "job": "b"})  # within a job, still one event
+    finally:
+        engine.dispose()

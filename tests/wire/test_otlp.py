@@ -85,7 +85,11 @@ def test_event_ids_are_the_same_for_a_resent_span_and_differ_by_role() -> None:
     first = [e["event_id"] for _, e in events_of(decoded(req), SpanMapping()).events]
     again = [e["event_id"] for _, e in events_of(decoded(req, otlp.JSON), SpanMapping()).events]
     assert first == again and len(set(first)) == len(first)
-    assert event_id("a" * 32, "b" * 16, "start") != event_id("a" * 32, "b" * 16, "end")
+    ids = "a" * 32, "b" * 16
+    assert event_id(*ids, "start", "j", 0) != event_id(*ids, "end", "j", 0)
+    # A seeded trainer repeats its ids on a restart: the job and attempt keep them apart.
+    assert event_id(*ids, "start", "j", 0) != event_id(*ids, "start", "j", 1)
+    assert event_id(*ids, "start", "j", 0) != event_id(*ids, "start", "k", 0)
 
 
 def test_a_span_without_job_or_model_is_rejected_naming_the_attribute() -> None:
