@@ -109,6 +109,24 @@ def test_a_stall_still_going_at_now_counts_up_to_now():
     assert stalled(later) == 21.0 and later.result.stalled_since_us is None
 
 
+def test_an_open_attempt_silent_past_the_threshold_is_not_stalled_up_to_now():
+    # Steps 1..30 at minutes 1..30, then nothing at all (no heartbeats): at 40 the trainer
+    # has been silent 10 minutes, over the 5-minute threshold. Silence is not a hang (it may
+    # be an outage of the collector), so the stall stops at the last news (30): no gap
+    # from the last advance is over the threshold, nothing is stalled, and nothing is
+    # stalled now. Heartbeats without advances until 40 would make it a stall (above).
+    job = Job(team="ads").allocated(0).phase("training", 0, None)
+    steps(job, [float(m) for m in range(1, 31)])
+    comp = compute(job.events, now=40)
+    assert comp.result.state == "running"
+    assert stalled(comp) == 0 and comp.result.stalled_since_us is None
+    # Silent for less than the threshold after a stall already under way: still counted
+    # to now (the heartbeats stopped at 36, now is 39).
+    for minute in range(31, 37):
+        job.heartbeat(minute, attrs={"step": 30})
+    assert stalled(compute(job.events, now=39)) == 8.0
+
+
 def test_a_save_deadlocked_at_now_is_a_stall_in_progress_that_keeps_its_time():
     # Steps to 30, a save starts at 30.5 inside the open training and never ends; the
     # heartbeats go on. Nothing is training after 30.5, so nothing is stalled, but the job
