@@ -123,7 +123,12 @@ def attempt_stalls(
     # stalled at most until its last news: after it the trainer was gone, not hung, and
     # lost progress covers that time.
     training_end = _training_phase_end(frame, taxonomy)
-    if (training_end is not None and not frame.is_open) or (training_end is not None and training_end - frame.last_news_us > threshold):
+    # A hung trainer keeps sending (its heartbeat thread runs); one silent for longer than
+    # the threshold is not known to be hung (a collector or SDK outage looks the same), so
+    # an open attempt's stall also stops at its last news until the trainer speaks again.
+    if training_end is not None and (
+        not frame.is_open or training_end - frame.last_news_us > threshold
+    ):
         training_end = min(training_end, frame.last_news_us)
     ends = instants[1:]
     if training_end is not None and training_end > instants[-1]:
