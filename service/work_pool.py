@@ -88,8 +88,11 @@ class WorkPool:
 
     def _start_processes(self) -> None:
         pool = _process_pool(self.workers, self._preload)
-        for job in [pool.submit(os.getpid) for _ in range(self.workers)]:
-            job.exception()
+        try:
+            for job in [pool.submit(os.getpid) for _ in range(self.workers)]:
+                job.exception()
+        except (RuntimeError, BrokenProcessPool):
+            pass  # the process is ending, or a worker died: the next job starts them
 
     def _executor(self) -> Executor:
         return self._threads or _process_pool(self.workers, self._preload)
