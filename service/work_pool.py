@@ -37,6 +37,10 @@ T = TypeVar("T")
 
 _PROCESSES: dict[int, ProcessPoolExecutor] = {}
 _PROCESSES_LOCK = threading.Lock()
+# Worker processes yield the CPU to the serving process (and the database): where cores
+# are short, a large body waits rather than every other client; where they are not, the
+# niceness costs nothing.
+WORKER_NICENESS = 10
 
 
 def read_only(mapping: dict[Any, Any]) -> types.MappingProxyType[Any, Any]:
@@ -60,8 +64,9 @@ def _process_pool(workers: int, preload: Sequence[str]) -> ProcessPoolExecutor:
             context = multiprocessing.get_context("forkserver")
             if preload:
                 context.set_forkserver_preload(list(preload))
-            pool = _PROCESSES[workers] = ProcessPoolExecutor(max_workers=workers,
-                                                             mp_context=context)
+            pool = _PROCESSES[workers] = ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=os.nice,
+                initargs=(WORKER_NICENESS,))
         return pool
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from service import ingest
 from service.errors import Unavailable
-from service.work_pool import WorkPool
+from service.work_pool import WORKER_NICENESS, WorkPool
 
 
 def test_a_full_pool_refuses_at_once_with_retry_after_and_frees_its_places() -> None:
@@ -66,6 +66,8 @@ def test_worker_processes_run_jobs_away_from_the_loop_and_a_dead_one_is_a_503(
         pool = WorkPool(workers=1, queue=0, processes=True, preload=("service.ingest",))
         worker = await pool.run(os.getpid)
         assert worker != os.getpid()
+        # Below the serving process: a large body waits, not every other client.
+        assert await pool.run(os.nice, 0) == min(19, os.nice(0) + WORKER_NICENESS)
         # A worker killed under its job (out of memory, say): that request is a 503 the
         # client retries, and the next job gets a new worker.
         with pytest.raises(Unavailable) as died:
