@@ -144,14 +144,13 @@ def _scheduler_table(job: dict[str, Any]) -> Table:
 
 
 def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list[Any]]:
-    from service.api import read_routes as rr
     from service.errors import NotFound
-    from service.store import queries as q
+    from service.results import windows as rr
+    from service.results.jobs import job_result
 
     now = datetime.now(UTC)
     if args.job:
-        with engine.connect() as conn:
-            job = q.job_result(conn, args.job)
+        job = job_result(engine, args.job)
         if job is None:
             raise NotFound(f"job {args.job!r} is unknown or not aggregated yet"
                            " (`ett aggregate` runs a pass)")
