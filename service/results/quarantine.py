@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Engine
 
 from service.store import state
 
 
-def count(conn: Connection) -> int:
-    return state.quarantined_count(conn)
-
-
-def listing(conn: Connection, limit: int = 1000) -> list[dict[str, Any]]:
-    """The quarantined jobs, most recent failure first (GET /v1/admin/quarantine)."""
-    return [{"job_id": job, "error": error, "last_event_seq": seq,
-             "since": since.isoformat(), "last_failed_at": failed.isoformat(),
-             "failures": failures}
-            for job, error, seq, since, failed, failures in state.quarantined(conn, limit)]
+def quarantine_report(engine: Engine, limit: int = 1000) -> dict[str, Any]:
+    """How many jobs are held out, and the `limit` that failed last, most recent first."""
+    with engine.connect() as conn:
+        held = state.quarantined_count(conn)
+        rows = state.quarantined(conn, limit)
+    return {"count": held,
+            "jobs": [{"job_id": job, "error": error, "last_event_seq": seq,
+                      "since": since.isoformat(), "last_failed_at": failed.isoformat(),
+                      "failures": failures}
+                     for job, error, seq, since, failed, failures in rows]}
