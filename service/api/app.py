@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,7 +27,7 @@ from service.console import routes as console
 from service.console.session import Sessions
 from service.errors import EttError
 from service.settings import Settings
-from service.store.ingest_pool import IngestPool
+from service.store.ingest_pool import IngestPool, pool_for
 from service.taxonomy import taxonomy_from
 from service.wire.schema import openapi_components
 from service.wire.span_mapping import load_mapping
@@ -49,8 +50,8 @@ class AppContext:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     extra_routers: list[Any] = field(default_factory=list)
     token_store: TokenStore | None = None
-    # POST /v1/events stores through this one, on the event loop, when set (`ett serve`
-    # sets it); else through `engine` in a worker thread.
+    # POST /v1/events stores through this one, on the event loop (made for `engine`'s
+    # database unless given; the app then closes it when it stops).
     ingest_pool: IngestPool | None = None
 
 
@@ -92,7 +93,6 @@ def create_app(ctx: AppContext) -> FastAPI:
         ingest_max_age_s=s.ingest_max_age.total_seconds(),
         max_in_flight=s.ingest_max_in_flight,
         max_in_flight_bytes=s.ingest_max_in_flight_bytes,
-        statement_timeout_ms=s.ingest_statement_timeout_ms,
         max_in_flight_per_token=s.ingest_max_in_flight_per_token,
         body_deadline_s=s.ingest_body_deadline_s,
         max_spans=s.otlp_max_spans,
@@ -101,15 +101,17 @@ def create_app(ctx: AppContext) -> FastAPI:
         work_queue=s.work_queue,
     )
     taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)
+    if ctx.ingest_pool is None:
+        ctx.ingest_pool = pool_for(ctx.engine.url.render_as_string(hide_password=False), s)
+        app.router.lifespan_context = _closing(app.router.lifespan_context, ctx.ingest_pool)
     app.include_router(
         ingest.build_router(
-            ctx.engine,
+            ctx.ingest_pool,
             ctx.auth,
             limits,
             ctx.clock,
             on_outcome=lambda o: metrics.count_batch(o.accepted, o.duplicates, len(o.rejected)),
             owner_of=taxonomy.team_of_model,
-            pool=ctx.ingest_pool,
             span_mapping=load_mapping(s.otlp_mapping),
         )
     )
@@ -152,3 +154,17 @@ def create_app(ctx: AppContext) -> FastAPI:
 
     app.openapi = _openapi  # type: ignore[method-assign]
     return app
+
+
+def _closing(lifespan: Callable[[Any], Any], pool: IngestPool) -> Callable[[Any], Any]:
+    """`lifespan`, then the ingest pool closed as the app stops."""
+
+    @asynccontextmanager
+    async def closing(app: Any) -> AsyncIterator[Any]:
+        try:
+            async with lifespan(app) as state:
+                yield state
+        finally:
+            await pool.close()
+
+    return closing

@@ -6,7 +6,6 @@ field, a newline a row, `\\N` is NULL and backslash escapes; everything else is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
@@ -35,20 +34,6 @@ def json_text(dumped: str | None) -> str:
     """JSON text from orjson: it escapes tab, newline and carriage return itself, so only
     backslashes need doubling."""
     return NULL if dumped is None else dumped.replace("\\", "\\\\")
-
-
-def is_scheduler_line(line: str) -> bool:
-    """Whether an events COPY line (`store.events.COLUMNS`) is a scheduler's event: its
-    attrs (11th field) say `"source": "scheduler"` at the top level. The substring test
-    keeps the common line to one scan; only a candidate is parsed."""
-    fields = line.split("\t", 11)
-    if len(fields) < 11 or '"scheduler"' not in fields[10]:
-        return False
-    try:
-        attrs = json.loads(fields[10].replace("\\\\", "\\"))
-    except ValueError:
-        return False
-    return isinstance(attrs, dict) and attrs.get("source") == "scheduler"
 
 
 def boolean(value: bool) -> str:

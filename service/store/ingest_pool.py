@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
 
 import psycopg
 from sqlalchemy.engine import make_url
 
 from service.errors import Unavailable
+from service.settings import Settings
 
+from .event_rows import EventRows
 from .events import Admit, store_rows_async
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,16 @@ log = logging.getLogger(__name__)
 def libpq_conninfo(url: str) -> str:
     """A SQLAlchemy URL (postgresql+psycopg://...) as a libpq URL for psycopg.connect."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def pool_for(url: str, settings: Settings) -> IngestPool:
+    """The ingest pool of the app on database `url` (`ett serve`'s, and every test's)."""
+    return IngestPool(
+        # As many connections as the main engine may open (pool plus overflow).
+        url, size=2 * settings.db_pool_size, timeout_s=settings.db_pool_timeout_s,
+        # 0 means no ingest-specific timeout: the general one, as on the main engine.
+        statement_timeout_ms=(settings.ingest_statement_timeout_ms
+                              or settings.db_statement_timeout_ms))
 
 
 class IngestPool:
@@ -44,18 +55,22 @@ class IngestPool:
         self._statement_timeout_ms = statement_timeout_ms
         self._connect_timeout_s = connect_timeout_s
         self._idle: list[psycopg.AsyncConnection] = []
-        # Created on first use, so that it belongs to the loop that serves the requests.
-        self._slots: asyncio.Semaphore | None = None
+        # Made on first use by the loop that serves the requests (and again should another
+        # loop take over, as each of a test client's portals runs its own): the
+        # connections and the semaphore belong to one loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots = asyncio.Semaphore(size)
 
-    async def store(self, lines: Sequence[str], jobs: Iterable[str],
-                    admit: Admit | None = None, default_team: str | None = None) -> int:
+    async def store(self, rows: EventRows, admit: Admit | None = None,
+                    default_team: str | None = None) -> int:
         """Store the batch (first copy of each id) and mark its jobs dirty; return how many
         events were new. Returns only after PostgreSQL committed; Unavailable when the
         database is not there (now)."""
-        if not lines:
+        if not len(rows):
             return 0
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self._size)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            await self._adopt(loop)
         try:
             if self._slots.locked():  # wait_for costs a task: only when there is a wait
                 await asyncio.wait_for(self._slots.acquire(), self._timeout_s)
@@ -66,7 +81,7 @@ class IngestPool:
         conn: psycopg.AsyncConnection | None = None
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
-            inserted = await store_rows_async(conn, lines, jobs, admit, default_team)
+            inserted = await store_rows_async(conn, rows, admit, default_team)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             # Refused or timed-out connects, a server shutting down, a statement timeout, a
             # connection that died mid-statement (committed or not, the client cannot know:
@@ -77,6 +92,11 @@ class IngestPool:
             await self._check_in(conn)
             self._slots.release()
         return inserted
+
+    async def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        stale, self._idle = self._idle, []
+        self._loop, self._slots = loop, asyncio.Semaphore(self._size)
+        await _close_all(stale)
 
     async def _connect(self) -> psycopg.AsyncConnection:
         conn = await psycopg.AsyncConnection.connect(
