@@ -35,11 +35,11 @@ class IngestLimits:
     max_batch_events: int
     max_future_s: float
     max_age_s: float
-    max_in_flight: int = 128
+    max_in_flight: int = 4096
     # The ingest window: older events only through an admin token (the backfill path).
     ingest_max_age_s: float = 7 * 86400.0
     max_in_flight_bytes: int = 64 * 1024 * 1024
-    max_in_flight_per_token: int = 32
+    max_in_flight_per_token: int = 1024
     body_deadline_s: float = 30.0
     # The work budget of one OTLP request, counted before any span is mapped.
     max_spans: int = 20_000

@@ -65,6 +65,9 @@ def create_app(ctx: AppContext) -> FastAPI:
         version=__version__,
         description="Effective Training Time telemetry: ingest, results and metrics.",
         redoc_url=None,  # ours (api/redoc.py): the package's still fetches a logo from a CDN
+        # FastAPI's own OpenTelemetry hooks looked up the global providers (through
+        # os.environ) on every request; the service exports Prometheus metrics instead.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     add_redoc(app)
     s = ctx.settings

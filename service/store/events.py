@@ -271,11 +271,12 @@ _Step = _Claim | _CopyAlone | _CopyNested | _Insert
 _Plan = Generator[_Step, Any, int]
 
 
-def _plan(rows: EventRows, admit: Admit | None, default_team: str | None, *, alone: bool
-          ) -> _Plan:
+def _plan(rows: EventRows, admit: Admit | None, default_team: str | None, *, alone: bool,
+          grouped: bool = False) -> _Plan:
     """Every step of storing `rows`; `alone`: the connection is in autocommit mode, outside
     any transaction (else the caller's driver runs this in a transaction). A COPY that
-    meets a stored or concurrent id is thrown back here and the batch is inserted."""
+    meets a stored or concurrent id is thrown back here and the batch is inserted, unless
+    the rows are a group's (`grouped`: always COPYed, and the error is the caller's)."""
     if admit is not None:
         kept: list[EventRows] = []
         pending = rows
@@ -287,7 +288,7 @@ def _plan(rows: EventRows, admit: Admit | None, default_team: str | None, *, alo
         rows = EventRows.concat(kept)
     if not len(rows):
         return 0
-    if len(rows) >= COPY_MIN_ROWS:
+    if len(rows) >= COPY_MIN_ROWS or grouped:
         try:
             jobs = rows.jobs()
             if alone:
@@ -296,7 +297,8 @@ def _plan(rows: EventRows, admit: Admit | None, default_team: str | None, *, alo
                 yield _CopyNested(copy_payload(rows), _queue_params(jobs))
             return len(rows)
         except _RETRY_AS_INSERT:
-            pass
+            if grouped:
+                raise
     return int((yield _Insert({"rows": rows_json(rows)})))
 
 
@@ -366,6 +368,15 @@ async def store_rows_async(conn: psycopg.AsyncConnection, rows: EventRows,
                                             alone=_in_own_transaction(conn)))
     async with conn.transaction():
         return await _run_async(conn, _plan(rows, admit, default_team, alone=False))
+
+
+async def store_group_async(conn: psycopg.AsyncConnection, rows: EventRows) -> None:
+    """Store `rows`, every one new, by one COPY in a transaction of its own, answered once
+    committed; raise having stored nothing if any is stored already (or anything else
+    fails): the caller then stores them another way (`store.group_commit`)."""
+    if not _in_own_transaction(conn):
+        raise ValueError("a group is stored in a transaction of its own: autocommit, idle")
+    await _run_async(conn, _plan(rows, None, None, alone=True, grouped=True))
 
 
 async def _run_async(conn: psycopg.AsyncConnection, plan: _Plan) -> int:

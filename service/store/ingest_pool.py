@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import psycopg
 from sqlalchemy.engine import make_url
@@ -26,7 +28,8 @@ from service.errors import Unavailable
 from service.settings import Settings
 
 from .event_rows import EventRows
-from .events import Admit, store_rows_async
+from .events import Admit, store_group_async, store_rows_async
+from .group_commit import GroupCommit
 
 log = logging.getLogger(__name__)
 
@@ -43,34 +46,80 @@ def pool_for(url: str, settings: Settings) -> IngestPool:
         url, size=2 * settings.db_pool_size, timeout_s=settings.db_pool_timeout_s,
         # 0 means no ingest-specific timeout: the general one, as on the main engine.
         statement_timeout_ms=(settings.ingest_statement_timeout_ms
-                              or settings.db_statement_timeout_ms))
+                              or settings.db_statement_timeout_ms),
+        group_window_s=settings.group_commit_ms / 1000,
+        group_max_rows=settings.group_commit_max_rows)
 
 
 class IngestPool:
     def __init__(self, url: str, *, size: int, timeout_s: float, statement_timeout_ms: int,
-                 connect_timeout_s: int = 5) -> None:
+                 connect_timeout_s: int = 5, group_window_s: float = 0.0,
+                 group_max_rows: int = 0) -> None:
         self._conninfo = libpq_conninfo(url)
         self._size = size
         self._timeout_s = timeout_s
         self._statement_timeout_ms = statement_timeout_ms
         self._connect_timeout_s = connect_timeout_s
+        self._group_window_s = group_window_s
+        self._group_max_rows = group_max_rows
         self._idle: list[psycopg.AsyncConnection] = []
         # Made on first use by the loop that serves the requests (and again should another
         # loop take over, as each of a test client's portals runs its own): the
-        # connections and the semaphore belong to one loop.
+        # connections, the semaphore and the open group belong to one loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(size)
+        self._groups = self._group_commit()
+
+    def _group_commit(self) -> GroupCommit | None:
+        if self._group_window_s <= 0 or self._group_max_rows <= 1:
+            return None
+        return GroupCommit(self._store_group, window_s=self._group_window_s,
+                           max_rows=self._group_max_rows)
 
     async def store(self, rows: EventRows, admit: Admit | None = None,
                     default_team: str | None = None) -> int:
         """Store the batch (first copy of each id) and mark its jobs dirty; return how many
         events were new. Returns only after PostgreSQL committed; Unavailable when the
-        database is not there (now)."""
+        database is not there (now).
+
+        A batch that claims no job (`admit` None: the claims are known) and is smaller than
+        a group's row budget joins a group (`store.group_commit`)."""
         if not len(rows):
             return 0
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             await self._adopt(loop)
+        if admit is None and self._groups is not None and len(rows) < self._groups.max_rows:
+            return await self._groups.store(rows)
+        async with self._connection() as conn:
+            return await store_rows_async(conn, rows, admit, default_team)
+
+    async def _store_group(self, parts: list[EventRows]) -> list[int | BaseException]:
+        """The group by one COPY; should that fail, each batch alone, in arrival order."""
+        async with self._connection() as conn:
+            if len(parts) > 1:
+                try:
+                    await store_group_async(conn, EventRows.concat(parts))
+                    return [len(part) for part in parts]
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    raise
+                except psycopg.Error as exc:
+                    log.debug("ingest: a group of %d batches is stored batch by batch: %s",
+                              len(parts), exc)
+            answers: list[int | BaseException] = []
+            for part in parts:
+                try:
+                    answers.append(await store_rows_async(conn, part))
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    answers.append(_unavailable(exc))
+                except psycopg.Error as exc:
+                    answers.append(exc)
+            return answers
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A connection of the pool for the block, within the pool's wait; a database that
+        is not there (now) is Unavailable."""
         try:
             if self._slots.locked():  # wait_for costs a task: only when there is a wait
                 await asyncio.wait_for(self._slots.acquire(), self._timeout_s)
@@ -81,21 +130,17 @@ class IngestPool:
         conn: psycopg.AsyncConnection | None = None
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
-            inserted = await store_rows_async(conn, rows, admit, default_team)
+            yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            # Refused or timed-out connects, a server shutting down, a statement timeout, a
-            # connection that died mid-statement (committed or not, the client cannot know:
-            # a retry is a duplicate, which changes nothing).
-            log.warning("ingest: database unavailable: %s", exc)
-            raise Unavailable("ingest: database unavailable; retry later") from None
+            raise _unavailable(exc) from None
         finally:
             await self._check_in(conn)
             self._slots.release()
-        return inserted
 
     async def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         stale, self._idle = self._idle, []
         self._loop, self._slots = loop, asyncio.Semaphore(self._size)
+        self._groups = self._group_commit()
         await _close_all(stale)
 
     async def _connect(self) -> psycopg.AsyncConnection:
@@ -123,6 +168,14 @@ class IngestPool:
     async def close(self) -> None:
         stale, self._idle = self._idle, []
         await _close_all(stale)
+
+
+def _unavailable(exc: BaseException) -> Unavailable:
+    # Refused or timed-out connects, a server shutting down, a statement timeout, a
+    # connection that died mid-statement (committed or not, the client cannot know: a
+    # retry is a duplicate, which changes nothing).
+    log.warning("ingest: database unavailable: %s", exc)
+    return Unavailable("ingest: database unavailable; retry later")
 
 
 async def _close_all(conns: list[psycopg.AsyncConnection]) -> None:
