@@ -373,7 +373,7 @@ async def store_rows_async(conn: psycopg.AsyncConnection, rows: EventRows,
 async def store_group_async(conn: psycopg.AsyncConnection, rows: EventRows) -> None:
     """Store `rows`, every one new, by one COPY in a transaction of its own, answered once
     committed; raise having stored nothing if any is stored already (or anything else
-    fails): the caller then stores them another way (`store.group_commit`)."""
+    fails): the caller then stores them another way (`store.ingest_pool.GroupCommit`)."""
     if not _in_own_transaction(conn):
         raise ValueError("a group is stored in a transaction of its own: autocommit, idle")
     await _run_async(conn, _plan(rows, None, None, alone=True, grouped=True))

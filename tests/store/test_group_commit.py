@@ -1,4 +1,4 @@
-"""Group commit (`service.store.group_commit`): batches stored together answer and store
+"""Group commit (`service.store.ingest_pool`): batches stored together answer and store
 exactly what each stored alone, in arrival order, would have; the group is one
 transaction."""
 
