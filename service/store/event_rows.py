@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple
 
 import orjson
@@ -52,17 +53,16 @@ class EventRows:
     extra: Sequence[str | None]
 
     def __post_init__(self) -> None:
-        n = len(self.event_id)
-        ragged = [name for name, column in zip(COLUMNS, self.columns(), strict=True)
-                  if len(column) != n]
-        if ragged:
-            raise ValueError(f"event rows: columns {ragged} do not hold {n} values each")
+        lengths = list(map(len, self.columns()))
+        if lengths.count(lengths[0]) != len(lengths):
+            ragged = [name for name, n in zip(COLUMNS, lengths, strict=True) if n != lengths[0]]
+            raise ValueError(f"event rows: columns {ragged} do not hold {lengths[0]} values each")
 
     def __len__(self) -> int:
         return len(self.event_id)
 
     def columns(self) -> tuple[Sequence[object], ...]:
-        return tuple(getattr(self, name) for name in COLUMNS)
+        return _columns_of(self)  # type: ignore[no-any-return]
 
     def row(self, i: int) -> EventRow:
         return EventRow(*(column[i] for column in self.columns()))
@@ -94,7 +94,8 @@ class EventRows:
         listed = list(rows)
         if not listed:
             return EMPTY
-        return EventRows(*(list(column) for column in zip(*listed, strict=True)))
+        # Rows are EventRow tuples, all of one length: zip needs no strictness here.
+        return EventRows(*map(list, zip(*listed)))  # noqa: B905
 
     @staticmethod
     def concat(parts: Sequence[EventRows]) -> EventRows:
@@ -104,9 +105,10 @@ class EventRows:
         if not parts:
             return EMPTY
         return EventRows(*(list(chain.from_iterable(column)) for column in
-                           zip(*(part.columns() for part in parts), strict=True)))
+                           zip(*map(_columns_of, parts))))  # noqa: B905 - equal by type
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(EventRows))
+_columns_of = attrgetter(*COLUMNS)
 assert EventRow._fields == COLUMNS, "EventRow and EventRows name the same columns"
 EMPTY = EventRows(*([] for _ in COLUMNS))
