@@ -84,7 +84,7 @@ async def _connect_all(conns: list[Conn]) -> None:
 
 
 async def closed(url: str, tokens: list[str], clients: int, seconds: float, events: int,
-                 acks: bool, seed: int) -> dict[str, Any]:
+                 acks: bool, seed: int, fleet: str) -> dict[str, Any]:
     conns = [Conn(url, tokens[i % len(tokens)]) for i in range(clients)]
     await _connect_all(conns)
     tally = Tally(len(tokens), acks)
@@ -92,7 +92,7 @@ async def closed(url: str, tokens: list[str], clients: int, seconds: float, even
     stop = loop.time() + seconds
 
     async def client(i: int) -> None:
-        bodies = Bodies(f"writer-{seed}-{i}", events, seed * 100_003 + i)
+        bodies = Bodies(f"{fleet}-{i}", events, seed * 100_003 + i)
         conn = conns[i]
         while loop.time() < stop:
             body, ids = bodies()
@@ -108,19 +108,23 @@ async def closed(url: str, tokens: list[str], clients: int, seconds: float, even
 
 
 async def open_loop(url: str, tokens: list[str], weights: list[float], clients: int,
-                    rate: float, seconds: float, events: int, seed: int) -> dict[str, Any]:
+                    rate: float, seconds: float, events: int, seed: int, fleet: str,
+                    rate_weights: list[float] | None = None) -> dict[str, Any]:
+    """`weights` split the clients over the tokens; `rate_weights` (else the same) the
+    rate."""
     total = sum(weights)
+    shares = rate_weights or weights
     tally = Tally(len(tokens), False)
     loop = asyncio.get_running_loop()
     groups: list[asyncio.Queue[tuple[Conn, Bodies]]] = []
     conns: list[Conn] = []
-    for t, (token, weight) in enumerate(zip(tokens, weights, strict=True)):
+    for token, weight in zip(tokens, weights, strict=True):
         free: asyncio.Queue[tuple[Conn, Bodies]] = asyncio.Queue()
-        for i in range(max(1, round(clients * weight / total))):
+        for _ in range(max(1, round(clients * weight / total))):
             conn = Conn(url, token)
             conns.append(conn)
-            free.put_nowait((conn, Bodies(f"writer-{seed}-{t}-{i}", events,
-                                          seed * 100_003 + t * 10_007 + i)))
+            free.put_nowait((conn, Bodies(f"{fleet}-{len(conns)}", events,
+                                          seed * 100_003 + len(conns))))
         groups.append(free)
     await _connect_all(conns)
     tasks: list[asyncio.Task[None]] = []
@@ -135,7 +139,7 @@ async def open_loop(url: str, tokens: list[str], weights: list[float], clients: 
         tally.answer(t, status, loop.time() - due, ids, kind)
 
     async def schedule(t: int) -> None:
-        token_rate = rate * weights[t] / total
+        token_rate = rate * shares[t] / sum(shares)
         start = loop.time() + 0.05
         for i in range(int(token_rate * seconds)):
             due = start + i / token_rate
@@ -169,11 +173,14 @@ def main() -> None:
     p.add_argument("--url", required=True)
     p.add_argument("--token", action="append", required=True)
     p.add_argument("--weight", action="append", type=float)
+    p.add_argument("--rate-weight", action="append", type=float)
     p.add_argument("--clients", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--events", type=int, default=1)
     p.add_argument("--rate", type=float, default=1000)
     p.add_argument("--acks", action="store_true")
+    p.add_argument("--fleet", default="writer",
+                   help="job names are FLEET-<client>: the same fleet's jobs are claimed once")
     p.add_argument("--seed", type=int, default=random.SystemRandom().randrange(1 << 20))
     args = p.parse_args()
     try:
@@ -185,11 +192,12 @@ def main() -> None:
     gc.disable()  # its pauses would be the generator's, not the server's
     if args.mode == "closed":
         result = asyncio.run(closed(args.url, args.token, args.clients, args.seconds,
-                                    args.events, args.acks, args.seed))
+                                    args.events, args.acks, args.seed, args.fleet))
     else:
         weights = args.weight or [1.0] * len(args.token)
         result = asyncio.run(open_loop(args.url, args.token, weights, args.clients,
-                                       args.rate, args.seconds, args.events, args.seed))
+                                       args.rate, args.seconds, args.events, args.seed,
+                                       args.fleet, args.rate_weight))
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
 
