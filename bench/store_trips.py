@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from service.access.auth import Principal
-from service.store.event_rows import EventRows
+from service.store.copy_text import EventRows
 from service.store.events import COPY_SQL, QUEUE_SQL, _queue_params, copy_payload, store_rows_async
 from service.wire.batch import validate_batch
 

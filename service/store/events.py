@@ -44,8 +44,7 @@ from psycopg import generators, pq
 from psycopg.abc import PQGen
 from psycopg.waiting import Wait
 
-from .copy_text import NULL, text
-from .event_rows import COLUMNS, EventRows
+from .copy_text import COLUMNS, NULL, EventRows, text
 
 COPY_SQL = f"COPY events ({', '.join(COLUMNS)}) FROM STDIN"
 COPY_MIN_ROWS = 32

@@ -42,7 +42,7 @@ from sqlalchemy.engine import make_url
 from service.errors import Unavailable
 from service.settings import Settings
 
-from .event_rows import EventRows
+from .copy_text import EventRows
 from .events import Admit, store_group_async, store_rows_async
 
 log = logging.getLogger(__name__)

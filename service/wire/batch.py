@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from service.store.event_rows import EventRow, EventRows
+from service.store.copy_text import EventRow, EventRows
 
 from .event import (
     CANONICAL_UUID_RE,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from service.store.event_rows import EMPTY, EventRows
+from service.store.copy_text import EMPTY, EventRows
 from service.store.events import Claims
 
 from .batch import ValidatedBatch

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from service.store.event_rows import EventRows
+from service.store.copy_text import EventRows
 
 from .batch import ValidatedBatch, WriteScope
 from .event import (

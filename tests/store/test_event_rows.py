@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from service.store.event_rows import COLUMNS, EMPTY, EventRow, EventRows
+from service.store.copy_text import COLUMNS, EMPTY, EventRow, EventRows
 from service.store.events import copy_payload, rows_json
 from service.store.tables import events
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from service.access.auth import Principal
-from service.store.event_rows import EventRows
+from service.store.copy_text import EventRows
 from service.store.events import store_rows_async
 from service.store.ingest_pool import IngestPool, libpq_conninfo
 from service.wire.batch import validate_batch

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from service.access.auth import Principal
-from service.store.event_rows import EventRows
+from service.store.copy_text import EventRows
 from service.store.events import COPY_MIN_ROWS, copy_payload, copy_script, store_rows_async
 from service.store.ingest_pool import IngestPool, libpq_conninfo
 from service.wire.batch import validate_batch

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from service.access.auth import Principal
-from service.store.event_rows import EventRow, EventRows
+from service.store.copy_text import EventRow, EventRows
 from service.store.events import COPY_MIN_ROWS, rows_json, store_rows
 from service.wire.batch import row_of, validate_batch
 from service.wire.event import WireError, validate_event
