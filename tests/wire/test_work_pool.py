@@ -93,7 +93,7 @@ def test_a_batch_of_events_is_decided_off_the_event_loop(api, monkeypatch) -> No
     events = [{"event_id": str(uuid.uuid4()), "ts": now, "job_id": "off-loop", "attempt": 0,
                "model": "m", "type": "heartbeat"} for _ in range(20)]
     body = orjson.dumps({"events": events})
-    assert len(body) >= ingest.WHOLE_MIN_BYTES
+    assert len(body) > ingest.INLINE_MAX_BYTES
     r = api.post("/v1/events", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 202 and r.json()["accepted"] == 20, r.text
     assert ran == [("decide_events", True)]
