@@ -24,6 +24,7 @@ import copyreg
 import multiprocessing
 import os
 import threading
+import time
 import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -57,6 +58,29 @@ def _mapping_proxy(view: types.MappingProxyType[Any, Any]
 copyreg.pickle(types.MappingProxyType, _mapping_proxy)
 
 
+def _worker_started(niceness: int, server_pid: int) -> None:
+    """In each worker process: step below the server, and end when the server is gone.
+    A pool's workers wait on a queue whose both ends they hold, so a server killed with
+    SIGKILL would otherwise leave them (and the fork server) running for ever."""
+    os.nice(niceness)
+    threading.Thread(target=_end_with, args=(server_pid,), name="ett-work-orphan",
+                     daemon=True).start()
+
+
+def _end_with(server_pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass  # the pid is taken by another user's process: the server is gone
+        else:
+            continue
+        os._exit(0)
+
+
 def _process_pool(workers: int, preload: Sequence[str]) -> ProcessPoolExecutor:
     with _PROCESSES_LOCK:
         pool = _PROCESSES.get(workers)
@@ -65,8 +89,8 @@ def _process_pool(workers: int, preload: Sequence[str]) -> ProcessPoolExecutor:
             if preload:
                 context.set_forkserver_preload(list(preload))
             pool = _PROCESSES[workers] = ProcessPoolExecutor(
-                max_workers=workers, mp_context=context, initializer=os.nice,
-                initargs=(WORKER_NICENESS,))
+                max_workers=workers, mp_context=context, initializer=_worker_started,
+                initargs=(WORKER_NICENESS, os.getpid()))
         return pool
 
 

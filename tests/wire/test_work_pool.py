@@ -97,3 +97,34 @@ def test_a_batch_of_events_is_decided_off_the_event_loop(api, monkeypatch) -> No
     r = api.post("/v1/events", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 202 and r.json()["accepted"] == 20, r.text
     assert ran == [("decide_events", True)]
+
+
+def test_worker_processes_end_when_their_server_is_killed(tmp_path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import asyncio, os, sys, time\n"
+        "from service.work_pool import WorkPool\n"
+        "async def main():\n"
+        "    pool = WorkPool(workers=1, queue=0, processes=True)\n"
+        "    print(await pool.run(os.getpid), flush=True)\n"
+        "    time.sleep(600)\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n")
+    server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ})
+    worker = int(server.stdout.readline())
+    os.kill(worker, 0)  # running
+    server.kill()  # SIGKILL: no clean-up of its own
+    server.wait()
+    for _ in range(100):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"worker {worker} outlived its killed server")
