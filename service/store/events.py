@@ -72,22 +72,40 @@ _UNPACK = ",\n               ".join(
 # instant are stored with other content (another attempt, type, phase...) is another event,
 # stored under an id derived from its whole row (so its own retries are duplicates in turn),
 # never dropped as a duplicate. Every duplicate reaches this statement (the COPY path falls
-# back to it on a conflict); the probe is one primary-key lookup per row.
+# back to it on a conflict), so a retried batch of the largest size must be cheap here.
+#
+# The stored rows a batch can meet are read once, by job and instant (`near`, one index
+# range per distinct pair), and told apart from the batch's by sorting both together (the
+# windows of `seen`), never by a lookup per row: given two indexes that start with job_id,
+# the planner chose (job_id, ts) for a per-row lookup of (job_id, event_id, ts) and
+# filtered on event_id, so a retried batch of one job at a few instants cost n^2 row
+# comparisons (5,000 events: past the 10 s ingest statement timeout; docs/performance.md).
+# Windows leave it no such choice. Grouping treats NULLs as equal, as IS DISTINCT FROM did.
+_KEY_COLUMNS = ", ".join(_KEY)
+_SAME_CONTENT = f"{_KEY_COLUMNS}, {', '.join(_CONTENT)}"
 INSERT_SQL = f"""
-    WITH r AS (
+    WITH r AS MATERIALIZED (
         SELECT {_UNPACK},
                md5(r::text) AS digest
         FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+    ), near AS MATERIALIZED (
+        SELECT {", ".join("e." + c for c in COLUMNS)}
+        FROM (SELECT DISTINCT job_id, ts FROM r) AS k
+        JOIN events e ON e.job_id = k.job_id AND e.ts = k.ts
+    ), seen AS (
+        SELECT b.*,
+               bool_or(b.stored) OVER (PARTITION BY {_KEY_COLUMNS}) AS key_stored,
+               bool_or(b.stored) OVER (PARTITION BY {_SAME_CONTENT}) AS same_stored
+        FROM (SELECT r.*, false AS stored FROM r
+              UNION ALL
+              SELECT near.*, NULL AS digest, true AS stored FROM near) AS b
     ), ins AS (
         INSERT INTO events ({", ".join(COLUMNS)})
-        SELECT CASE WHEN EXISTS (
-                   SELECT 1 FROM events e
-                   WHERE e.job_id = r.job_id AND e.event_id = r.event_id AND e.ts = r.ts
-                     AND ({", ".join("e." + c for c in _CONTENT)})
-                         IS DISTINCT FROM ({", ".join("r." + c for c in _CONTENT)}))
-               THEN CAST(r.digest AS uuid) ELSE r.event_id END,
+        SELECT CASE WHEN key_stored AND NOT same_stored
+               THEN CAST(digest AS uuid) ELSE event_id END,
                {", ".join(COLUMNS[1:])}
-        FROM r
+        FROM seen
+        WHERE NOT stored
         ORDER BY 1
         ON CONFLICT (job_id, event_id, ts) DO NOTHING
         RETURNING job_id
