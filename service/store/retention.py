@@ -169,14 +169,31 @@ def prune(engine: Engine, older_than: timedelta, now: datetime,
           batch_jobs: int = BATCH_JOBS) -> tuple[int, int]:
     """Delete jobs whose last attempt ended before now - older_than; return (jobs, events)."""
     cutoff = now - older_than
-    jobs_deleted = events_deleted = 0
+    dropped = drop_old_partitions(engine, cutoff)
+    jobs, deleted = prune_jobs(engine, cutoff, batch_jobs)
+    return jobs, dropped + deleted
+
+
+def drop_old_partitions(engine: Engine, cutoff: datetime) -> int:
+    """Drop the month partitions wholly before `cutoff` (keeping the events of jobs not
+    pruned); return how many events went."""
     with engine.connect() as conn:
         old = [] if not is_partitioned(conn) else [
             name for name in partitions(conn)
             if (month := partition_month(name)) is not None and next_month(month) <= cutoff]
+    dropped = 0
     for name in old:  # one transaction each: the lock on `events` is held briefly
         with engine.begin() as conn:
-            events_deleted += _drop_partition(conn, name, cutoff)
+            dropped += _drop_partition(conn, name, cutoff)
+    return dropped
+
+
+def prune_jobs(engine: Engine, cutoff: datetime, batch_jobs: int = BATCH_JOBS
+               ) -> tuple[int, int]:
+    """Delete the jobs that ended before `cutoff`, their results and what is left of their
+    events (in the partition straddling the horizon, in the default one), row by row;
+    return (jobs, events)."""
+    jobs_deleted = events_deleted = 0
     while True:
         # One short transaction per batch: no long locks on a live database.
         with engine.begin() as conn:
@@ -188,7 +205,6 @@ def prune(engine: Engine, older_than: timedelta, now: datetime,
             if not ids:
                 return jobs_deleted, events_deleted
             params = {"ids": ids}
-            # What is left of them: the partition straddling the horizon, the default one.
             events_deleted += conn.execute(
                 text("DELETE FROM events WHERE job_id = ANY(:ids)"), params
             ).rowcount
