@@ -92,3 +92,22 @@ def test_a_retry_is_a_duplicate_whatever_the_partition(api, db_engine) -> None:
     for retry in (batch, batch[:5], batch[-1:]):
         again = api.post("/v1/events", json={"events": retry}).json()
         assert again == {"accepted": 0, "duplicates": len(retry), "rejected": []}
+
+
+def test_the_aggregator_creates_the_months_ahead_and_moves_early_arrivals_in(
+        app_context, db_engine) -> None:
+    """An event whose month has no partition yet waits in the default partition; the
+    aggregator's first pass of the day creates this month and the next two, and moves it."""
+    now = datetime(2031, 5, 10, tzinfo=UTC)
+    with db_engine.begin() as conn:
+        conn.execute(text("INSERT INTO events (event_id, ts, job_id, attempt, model, type)"
+                          " VALUES (gen_random_uuid(), '2031-05-09T12:00:00Z', 'early', 0,"
+                          " 'm', 'heartbeat')"))
+        assert conn.execute(text("SELECT tableoid::regclass::text FROM events"
+                                 " WHERE job_id = 'early'")).scalar_one() == "events_default"
+    app_context.aggregator.clock = fixed(now)
+    app_context.aggregator.run_pass()
+    with db_engine.connect() as conn:
+        assert {"events_p203105", "events_p203106", "events_p203107"} <= set(partitions(conn))
+        assert conn.execute(text("SELECT tableoid::regclass::text FROM events"
+                                 " WHERE job_id = 'early'")).scalar_one() == "events_p203105"
