@@ -173,8 +173,12 @@ def _todays_delete(engine: Any, cutoff: datetime) -> tuple[float, float, int]:
 
 def _prune(url: str, engine: Any, start: datetime, now: datetime
            ) -> tuple[dict[str, Any], list[tuple]]:
+    import logging
+
     from service.store import retention
 
+    # The partition drop's steps, each timed, in the log.
+    logging.getLogger("service.store.retention").setLevel(logging.INFO)
     cutoff = retention.next_month(retention.month_start(start))
     if cutoff >= now:
         _say("prune: the history holds no month boundary; skipped")
