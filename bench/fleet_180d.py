@@ -21,7 +21,6 @@ pairs with `--runs`); reads are medians of several requests.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -135,10 +134,11 @@ def _reads(url: str, engine: Any, now: datetime) -> tuple[dict[str, Any], list[t
 
 
 def _dead_rows(engine: Any) -> dict[str, int]:
+    # A backend reports its counters when idle for a while or when it exits: the pool's
+    # connections (which ran the deletes) are closed first, so their counts are in.
+    engine.dispose()
+    time.sleep(1)
     with engine.connect() as conn:
-        with contextlib.suppress(Exception):  # PostgreSQL 15+: counters now, not later
-            conn.execute(text("SELECT pg_stat_force_next_flush()"))
-        time.sleep(1)
         rows = conn.execute(text(
             "SELECT CASE WHEN relname LIKE 'events%' THEN 'events' ELSE relname END,"
             " sum(n_dead_tup) FROM pg_stat_user_tables"
