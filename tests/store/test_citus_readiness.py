@@ -36,15 +36,15 @@ HOT_PATHS = {
     "ingest: store a batch, skipping what is stored": ["service.store.events:INSERT_SQL"],
     "ingest: COPY a batch": ["service.store.events:COPY_SQL"],
     "aggregate: a chunk's events": ["service.store.results:_LOAD_EVENTS"],
-    "aggregate: a chunk's labels": ["service.results.impact:_LOAD_LABELS"],
+    "aggregate: a chunk's labels": ["service.store.impact:_LOAD_LABELS"],
     "aggregate: replace a chunk's rows": [
         "service.store.results:_DELETE_ROLLUP", "service.store.results:delete_job_rows",
-        "service.store.results:update_jobs", "service.results.impact:replace_job_impact",
-        "service.results.checkpoint_facts:replace_checkpoint_facts"],
+        "service.store.results:update_jobs", "service.store.impact:replace_job_impact",
+        "service.store.results:replace_checkpoint_facts"],
     "read: one job": [
         "service.store.queries:job_result", "service.store.queries:job_has_events",
-        "service.results.jobs:job_segments", "service.results.jobs:job_marks",
-        "service.results.impact:job_labels"],
+        "service.store.queries:job_segments", "service.store.queries:job_marks",
+        "service.store.impact:job_labels"],
 }
 
 _TABLE_REF = re.compile(r"\b(FROM|JOIN|INTO|UPDATE|COPY)\s+(\w+)", re.IGNORECASE)

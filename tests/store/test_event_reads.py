@@ -10,8 +10,7 @@ from typing import Any
 import orjson
 from sqlalchemy import text
 
-from service.results import impact
-from service.store import events, results
+from service.store import events, impact, results
 from service.store.retention import ensure_partitions
 from tests.store.test_citus_readiness import statements
 
@@ -20,10 +19,10 @@ IDS = ["job-a", "job-b"]
 READS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "a pass's events (store.results._LOAD_EVENTS)":
         (results._LOAD_EVENTS, {"ids": IDS}, True),
-    "a pass's labels (results.impact._LOAD_LABELS)":
+    "a pass's labels (store.impact._LOAD_LABELS)":
         (impact._LOAD_LABELS, {"ids": IDS}, False),
-    "a job's marks (results.jobs.job_marks)":
-        (statements("service.results.jobs:job_marks")[0], {"j": "job-a"}, False),
+    "a job's marks (store.queries.job_marks)":
+        (statements("service.store.queries:job_marks")[0], {"j": "job-a"}, False),
     "whether a job has events (store.queries.job_has_events)":
         (statements("service.store.queries:job_has_events")[0], {"j": "job-a"}, False),
     "a recompute's job page (store.results.jobs_with_models_after)":
