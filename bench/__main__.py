@@ -24,6 +24,7 @@ from . import (
     sdk,
     single,
     slow_clients,
+    small_writers,
     store_trips,
 )
 from .common import Postgres
@@ -45,6 +46,7 @@ BENCHMARKS = {
     "ingest_window": (ingest_window, True),
     "loop_stall": (loop_stall, True),
     "fleet_180d": (fleet_180d, True),
+    "small_writers": (small_writers, True),
 }
 
 
