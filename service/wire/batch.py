@@ -171,7 +171,7 @@ def validate_batch(
     jobs: set[str] = set()
     rejected: list[dict[str, Any]] = []
     forbidden: list[str] = []
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str, datetime]] = set()
     indices: list[int] = []
     names: set[str] = set()
     scope: dict[tuple[str, str | None, bool], str | None] = {}
@@ -206,8 +206,9 @@ def validate_batch(
             forbidden.append(error)
             continue
         # An id is one event within its job and instant (the store's key); the same id in
-        # another job is another event.
-        identity = (row.event_id, row.job_id, row.ts)
+        # another job is another event. The instant, not its text: the fast path keeps the
+        # text as sent, and two spellings of one instant are one key to the store.
+        identity = (row.event_id, row.job_id, datetime.fromisoformat(row.ts))
         if identity in seen:
             duplicates += 1
             continue
