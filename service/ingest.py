@@ -7,16 +7,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from sqlalchemy import Engine, text
 
-from service.access.auth import Authenticator, Principal
+from service.access.auth import Principal
+from service.access.callers import EventWriter, SpanWriter
 from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
+from service.settings import Settings
 from service.store.engine import db_unavailable
 from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
@@ -35,23 +37,44 @@ WHOLE_MIN_BYTES = 1024
 
 @dataclass(frozen=True)
 class IngestLimits:
+    """The ingest settings (service/settings.py holds their defaults and meanings)."""
+
     max_body_bytes: int
     max_batch_events: int
     max_future_s: float
     max_age_s: float
-    max_in_flight: int = 128
+    max_in_flight: int
     # The ingest window: older events only through an admin token (the backfill path).
-    ingest_max_age_s: float = 7 * 86400.0
-    max_in_flight_bytes: int = 64 * 1024 * 1024
-    statement_timeout_ms: int = 10_000
-    max_in_flight_per_token: int = 32
-    body_deadline_s: float = 30.0
+    ingest_max_age_s: float
+    max_in_flight_bytes: int
+    statement_timeout_ms: int
+    max_in_flight_per_token: int
+    body_deadline_s: float
     # The work budget of one OTLP request, counted before any span is mapped.
-    max_spans: int = 20_000
-    max_attributes: int = 200_000
+    max_spans: int
+    max_attributes: int
     # Decoding and validation run on this many threads, with this many requests waiting.
-    work_threads: int = 2
-    work_queue: int = 16
+    work_threads: int
+    work_queue: int
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> IngestLimits:
+        return cls(
+            max_body_bytes=s.max_body_bytes,
+            max_batch_events=s.max_batch_events,
+            max_future_s=s.max_future_skew_s,
+            max_age_s=s.max_event_age_days * 86400,
+            ingest_max_age_s=s.ingest_max_age.total_seconds(),
+            max_in_flight=s.ingest_max_in_flight,
+            max_in_flight_bytes=s.ingest_max_in_flight_bytes,
+            statement_timeout_ms=s.ingest_statement_timeout_ms,
+            max_in_flight_per_token=s.ingest_max_in_flight_per_token,
+            body_deadline_s=s.ingest_body_deadline_s,
+            max_spans=s.otlp_max_spans,
+            max_attributes=s.otlp_max_attributes,
+            work_threads=s.work_threads,
+            work_queue=s.work_queue,
+        )
 
 
 class InFlightLimit:
@@ -173,161 +196,178 @@ def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms
         return store_rows(conn.connection.driver_connection, lines, jobs, admit, team)
 
 
-def build_router(
-    engine: Engine,
-    auth: Authenticator,
-    limits: IngestLimits,
-    clock: Callable[[], datetime],
-    on_outcome: Callable[[BatchOutcome], None] | None = None,
-    owner_of: Callable[[str], str | None] = lambda _model: None,
-    pool: IngestPool | None = None,
-    span_mapping: SpanMapping | None = None,
-) -> APIRouter:
-    """The ingest routes (`/v1/events`, and `/v1/traces` for OTLP spans). With `pool` (what
-    `ett serve` passes) batches are stored on the event loop; without it through `engine`,
-    in a worker thread."""
-    router = APIRouter()
-    in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
-                              limits.max_in_flight_per_token)
-    owners = OwnerCache()
-    mapping = span_mapping or SpanMapping()
-    work = WorkPool(limits.work_threads, limits.work_queue)
+class Ingestion:
+    """What the ingest routes share in one process: the limits, admission control, the
+    claims already committed, the decoding threads, and where batches are stored. With
+    `pool` (what `ett serve` passes) batches are stored on the event loop; without it
+    through `engine`, in a worker thread."""
 
-    def decide_events(body: bytearray, principal: Principal) -> ValidatedBatch:
-        now = clock()
+    def __init__(
+        self,
+        engine: Engine,
+        limits: IngestLimits,
+        clock: Callable[[], datetime],
+        *,
+        on_outcome: Callable[[BatchOutcome], None] | None = None,
+        owner_of: Callable[[str], str | None] = lambda _model: None,
+        pool: IngestPool | None = None,
+        span_mapping: SpanMapping | None = None,
+    ) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.clock = clock
+        self.on_outcome = on_outcome
+        self.owner_of = owner_of
+        self.pool = pool
+        self.mapping = span_mapping or SpanMapping()
+        self.in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
+                                       limits.max_in_flight_per_token)
+        self.owners = OwnerCache()
+        self.work = WorkPool(limits.work_threads, limits.work_queue)
+
+    def decide_events(self, body: bytearray, principal: Principal) -> ValidatedBatch:
+        limits = self.limits
+        now = self.clock()
         max_age_s, window = age_limit(limits, principal)
         # A body of a few events costs the whole-batch path's fixed part more
         # than it saves (28 against 19 us for one event).
         batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
             body, limits.max_batch_events, principal, now=now,
             max_future_s=limits.max_future_s, max_age_s=max_age_s,
-            owner_of=owner_of)
+            owner_of=self.owner_of)
         if batch is None:  # some event needs deciding on its own (or the body is bad)
             batch = validate_batch(
                 parse_batch(body, limits.max_batch_events), principal, now=now,
                 max_future_s=limits.max_future_s, max_age_s=max_age_s,
-                owner_of=owner_of, window=window)
+                owner_of=self.owner_of, window=window)
         return batch
 
-    def decide_spans(body: bytearray, media: str, principal: Principal
+    def decide_spans(self, body: bytearray, media: str, principal: Principal
                      ) -> tuple[SpanEvents, ValidatedBatch]:
+        limits = self.limits
         request = otlp.parse_request(body, media)
         otlp.check_budget(request, limits.max_spans, limits.max_attributes)
-        mapped = events_of(otlp.spans_of(request), mapping)
+        mapped = events_of(otlp.spans_of(request), self.mapping)
         if len(mapped.events) > limits.max_batch_events:
             raise PayloadTooLarge(f"the spans make {len(mapped.events)} events, more than"
                                   f" the limit of {limits.max_batch_events}; send fewer"
                                   " spans per request")
-        return mapped, validated([event for _, event in mapped.events], principal)
+        return mapped, self.validated([event for _, event in mapped.events], principal)
 
-    def validated(raw: list[Any], principal: Principal) -> ValidatedBatch:
-        max_age_s, window = age_limit(limits, principal)
-        batch = validate_batch(raw, principal, now=clock(), max_future_s=limits.max_future_s,
-                               max_age_s=max_age_s, owner_of=owner_of, window=window)
+    def validated(self, raw: list[Any], principal: Principal) -> ValidatedBatch:
+        max_age_s, window = age_limit(self.limits, principal)
+        batch = validate_batch(raw, principal, now=self.clock(),
+                               max_future_s=self.limits.max_future_s, max_age_s=max_age_s,
+                               owner_of=self.owner_of, window=window)
         if not batch.lines and batch.forbidden:
             raise Forbidden(_forbidden_summary(batch.forbidden))
         return batch
 
-    async def stored(batch: ValidatedBatch, team: str | None) -> tuple[int, OwnershipCheck]:
+    async def stored(self, batch: ValidatedBatch, team: str | None
+                     ) -> tuple[int, OwnershipCheck]:
         """Store a validated batch: how many of its events were new, and the ownership
         check that kept, moved or rejected each event (`kept`, `moved`, `rejected`)."""
         owned = OwnershipCheck(batch, team)
-        cached = owned.from_cache(owners)
+        cached = owned.from_cache(self.owners)
         lines, admit = (batch.lines, owned) if cached is None else (cached, None)
         jobs = batch.jobs if cached is None else {line.split("\t", 3)[2] for line in cached}
-        if pool is not None:
-            inserted = await pool.store(lines, jobs, admit, team)
+        if self.pool is not None:
+            inserted = await self.pool.store(lines, jobs, admit, team)
         elif lines:
-            inserted = await run_in_threadpool(store, engine, lines, jobs,
-                                               limits.statement_timeout_ms, admit, team)
+            inserted = await run_in_threadpool(store, self.engine, lines, jobs,
+                                               self.limits.statement_timeout_ms, admit, team)
         else:
             inserted = 0
-        owners.learn(owned.seen)  # committed: store returns only after COMMIT
+        self.owners.learn(owned.seen)  # committed: store returns only after COMMIT
         return inserted, owned
 
-    def report(outcome: BatchOutcome, principal_id: str, route: str) -> None:
+    def report(self, outcome: BatchOutcome, principal_id: str, route: str) -> None:
         log.debug("%s batch: accepted=%d duplicates=%d rejected=%d token=%s", route,
                   outcome.accepted, outcome.duplicates, len(outcome.rejected), principal_id)
-        if on_outcome is not None:
-            on_outcome(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
 
-    @router.post(
-        "/v1/events",
-        status_code=202,
-        summary="Ingest a batch of 1 to 5000 events",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
-            }
-        },
+
+async def ingestion(request: Request) -> Ingestion:
+    """The app's ingest flow (`app.state.ingestion`, set by `create_app`)."""
+    return request.app.state.ingestion
+
+
+Flow = Annotated[Ingestion, Depends(ingestion)]
+router = APIRouter()
+
+
+@router.post(
+    "/v1/events",
+    status_code=202,
+    summary="Ingest a batch of 1 to 5000 events",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
+        }
+    },
+)
+async def post_events(request: Request, principal: EventWriter, flow: Flow) -> Response:
+    limits = flow.limits
+    with flow.in_flight.admitted(principal.token_id or "") as charge:
+        body = await read_body(request, limit=limits.max_body_bytes,
+                               deadline_s=limits.body_deadline_s, charge=charge)
+        # A small body is decided at once: handing it to a worker would cost more
+        # than deciding it.
+        if len(body) < WHOLE_MIN_BYTES:
+            batch = flow.decide_events(body, principal)
+        else:
+            batch = await flow.work.run(flow.decide_events, body, principal)
+        del body  # nothing keeps the body alive past validation
+        if not batch.lines and batch.forbidden:
+            raise Forbidden(_forbidden_summary(batch.forbidden))
+        inserted, owned = await flow.stored(batch, principal.team)
+    outcome = BatchOutcome(
+        accepted=inserted,
+        duplicates=owned.kept - inserted + batch.in_batch_duplicates,
+        rejected=sorted(batch.rejected + owned.rejected, key=lambda r: r["index"]),
+        moved=owned.moved,
     )
-    async def post_events(request: Request) -> Response:
-        principal = auth.authenticate(request.headers.get("authorization"))
-        if principal.role == "reader":
-            raise Forbidden("a reader token may not post events")
-        with in_flight.admitted(principal.token_id or "") as charge:
-            body = await read_body(request, limit=limits.max_body_bytes,
-                                   deadline_s=limits.body_deadline_s, charge=charge)
-            # A small body is decided at once: handing it to a worker would cost more
-            # than deciding it.
-            if len(body) < WHOLE_MIN_BYTES:
-                batch = decide_events(body, principal)
-            else:
-                batch = await work.run(decide_events, body, principal)
-            del body  # nothing keeps the body alive past validation
-            if not batch.lines and batch.forbidden:
-                raise Forbidden(_forbidden_summary(batch.forbidden))
-            inserted, owned = await stored(batch, principal.team)
-        outcome = BatchOutcome(
-            accepted=inserted,
-            duplicates=owned.kept - inserted + batch.in_batch_duplicates,
-            rejected=sorted(batch.rejected + owned.rejected, key=lambda r: r["index"]),
-            moved=owned.moved,
-        )
-        report(outcome, principal.token_id, "ingest")
-        return Response(orjson.dumps(outcome.to_wire()), status_code=202,
-                        media_type="application/json")
+    flow.report(outcome, principal.token_id, "ingest")
+    return Response(orjson.dumps(outcome.to_wire()), status_code=202,
+                    media_type="application/json")
 
-    @router.post(
-        "/v1/traces",
-        summary="Ingest OTLP/HTTP trace spans (protobuf or JSON) as events",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {otlp.PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
-                            otlp.JSON: {"schema": {"type": "object"}}},
-            }
-        },
+
+@router.post(
+    "/v1/traces",
+    summary="Ingest OTLP/HTTP trace spans (protobuf or JSON) as events",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {otlp.PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                        otlp.JSON: {"schema": {"type": "object"}}},
+        }
+    },
+)
+async def post_traces(request: Request, principal: SpanWriter, flow: Flow) -> Response:
+    media = otlp.media_type_of(request.headers.get("content-type"))
+    with flow.in_flight.admitted(principal.token_id or "") as charge:
+        body = await read_body(request, limit=flow.limits.max_body_bytes,
+                               deadline_s=flow.limits.body_deadline_s,
+                               media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
+        mapped, batch = await flow.work.run(flow.decide_spans, body, media, principal)
+        del body
+        inserted, owned = await flow.stored(batch, principal.team)
+    # A span is rejected when any of its events is: its other events may be stored,
+    # and a corrected re-send stores the rest (the stored ones are duplicates).
+    span_errors = dict(mapped.rejected)
+    for item in batch.rejected + owned.rejected:
+        span_errors.setdefault(mapped.events[item["index"]][0], item["error"])
+    outcome = BatchOutcome(
+        accepted=inserted,
+        duplicates=owned.kept - inserted + batch.in_batch_duplicates,
+        rejected=[{"index": i, "error": e} for i, e in sorted(span_errors.items())],
     )
-    async def post_traces(request: Request) -> Response:
-        principal = auth.authenticate(request.headers.get("authorization"))
-        if principal.role == "reader":
-            raise Forbidden("a reader token may not post spans")
-        media = otlp.media_type_of(request.headers.get("content-type"))
-        with in_flight.admitted(principal.token_id or "") as charge:
-            body = await read_body(request, limit=limits.max_body_bytes,
-                                   deadline_s=limits.body_deadline_s,
-                                   media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
-            mapped, batch = await work.run(decide_spans, body, media, principal)
-            del body
-            inserted, owned = await stored(batch, principal.team)
-        # A span is rejected when any of its events is: its other events may be stored,
-        # and a corrected re-send stores the rest (the stored ones are duplicates).
-        span_errors = dict(mapped.rejected)
-        for item in batch.rejected + owned.rejected:
-            span_errors.setdefault(mapped.events[item["index"]][0], item["error"])
-        outcome = BatchOutcome(
-            accepted=inserted,
-            duplicates=owned.kept - inserted + batch.in_batch_duplicates,
-            rejected=[{"index": i, "error": e} for i, e in sorted(span_errors.items())],
-        )
-        report(outcome, principal.token_id, "otlp")
-        return Response(otlp.response_body(media, len(span_errors),
-                                           _span_message(span_errors, mapped.ignored)),
-                        status_code=200, media_type=media)
-
-    return router
+    flow.report(outcome, principal.token_id, "otlp")
+    return Response(otlp.response_body(media, len(span_errors),
+                                       _span_message(span_errors, mapped.ignored)),
+                    status_code=200, media_type=media)
 
 
 def _span_message(span_errors: dict[int, str], ignored: int) -> str:

@@ -1,62 +1,32 @@
-"""The FastAPI application, assembled from parts built once at start-up."""
+"""The FastAPI application: the routes mounted over a context built by `build_context`."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service import __version__, ingest
-from service.access.auth import Authenticator, PreAuthMiddleware
-from service.access.tokens import TokenStore
-from service.aggregate import Aggregator
+from service.access.auth import PreAuthMiddleware
+from service.access.callers import caller
 from service.console import routes as console
-from service.console.session import Sessions
 from service.errors import EttError
-from service.settings import Settings
-from service.store.ingest_pool import IngestPool
-from service.taxonomy import taxonomy_from
 from service.wire.schema import openapi_components
-from service.wire.span_mapping import load_mapping
 
 from . import admin_routes, advice_routes, health, impact_routes, read_routes
+from .context import AppContext, Context
 from .redoc import add_redoc
-from .request_metrics import HttpMetrics, MetricsMiddleware
+from .request_metrics import MetricsMiddleware
 
-log = logging.getLogger(__name__)
-
-@dataclass
-class AppContext:
-    """Everything the routes need, built by the CLI (or a test) and passed down."""
-
-    settings: Settings
-    engine: Any  # sqlalchemy Engine
-    auth: Authenticator
-    clock: Callable[[], datetime] = ingest.utc_now
-    aggregator: Aggregator | None = None
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    extra_routers: list[Any] = field(default_factory=list)
-    token_store: TokenStore | None = None
-    # POST /v1/events stores through this one, on the event loop, when set (`ett serve`
-    # sets it); else through `engine` in a worker thread.
-    ingest_pool: IngestPool | None = None
+# Every router but the admin one, which needs an aggregator.
+ROUTERS = (ingest.router, health.router, read_routes.router, advice_routes.router,
+           impact_routes.router)
 
 
 def create_app(ctx: AppContext) -> FastAPI:
-    # `_created` series double the exposition and no dashboard or rule reads them.
-    disable_created_metrics()
     # FastAPIOffline serves Swagger UI and ReDoc from its package, not from a CDN, so /docs
     # works on a machine without internet access.
     app: FastAPI = FastAPIOffline(
@@ -66,89 +36,49 @@ def create_app(ctx: AppContext) -> FastAPI:
         redoc_url=None,  # ours (api/redoc.py): the package's still fetches a logo from a CDN
     )
     add_redoc(app)
-    s = ctx.settings
-    if not ctx.auth.has_lookup:
-        # Tokens from `ett tokens create`, beside the bootstrap admin token.
-        ctx.token_store = TokenStore(ctx.engine, cache_ttl_s=s.token_cache_ttl_s,
-                                     last_used_flush_s=s.token_last_used_flush_s)
-        ctx.auth = ctx.auth.with_lookup(ctx.token_store.lookup, peek=ctx.token_store.peek)
-    metrics = HttpMetrics(ctx.registry)
+    # What the dependencies reach: the context (service.api.context), the authenticator
+    # (service.access.callers), the ingest flow (service.ingest).
     app.state.ctx = ctx
-    app.state.http_metrics = metrics
+    app.state.auth = ctx.auth
+    app.state.ingestion = ctx.ingestion
+    app.state.console_sessions = ctx.sessions
     # Added first, so it runs inside the metrics middleware (whose timing then includes it).
     app.add_middleware(PreAuthMiddleware, auth=ctx.auth)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
-
-    @app.exception_handler(EttError)
-    async def _ett_error(_request: Request, exc: EttError) -> JSONResponse:
-        return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
-                            headers=exc.headers)
-
-    limits = ingest.IngestLimits(
-        max_body_bytes=s.max_body_bytes,
-        max_batch_events=s.max_batch_events,
-        max_future_s=s.max_future_skew_s,
-        max_age_s=s.max_event_age_days * 86400,
-        ingest_max_age_s=s.ingest_max_age.total_seconds(),
-        max_in_flight=s.ingest_max_in_flight,
-        max_in_flight_bytes=s.ingest_max_in_flight_bytes,
-        statement_timeout_ms=s.ingest_statement_timeout_ms,
-        max_in_flight_per_token=s.ingest_max_in_flight_per_token,
-        body_deadline_s=s.ingest_body_deadline_s,
-        max_spans=s.otlp_max_spans,
-        max_attributes=s.otlp_max_attributes,
-        work_threads=s.work_threads,
-        work_queue=s.work_queue,
-    )
-    taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)
-    app.include_router(
-        ingest.build_router(
-            ctx.engine,
-            ctx.auth,
-            limits,
-            ctx.clock,
-            on_outcome=lambda o: metrics.count_batch(o.accepted, o.duplicates, len(o.rejected)),
-            owner_of=taxonomy.team_of_model,
-            pool=ctx.ingest_pool,
-            span_mapping=load_mapping(s.otlp_mapping),
-        )
-    )
-    app.include_router(health.build_router(ctx.engine))
-    app.include_router(read_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
-    app.include_router(advice_routes.build_router(ctx.engine, ctx.auth, ctx.clock))
-    app.include_router(impact_routes.build_router(
-        ctx.engine, ctx.auth, ctx.clock, max_body_bytes=s.annotation_max_body_bytes,
-        max_per_team=s.annotations_max_per_team, body_deadline_s=s.ingest_body_deadline_s))
-    if ctx.aggregator is not None:
-        app.include_router(admin_routes.build_router(ctx.aggregator, ctx.auth))
-    for router in ctx.extra_routers:
+    app.add_middleware(MetricsMiddleware, metrics=ctx.http_metrics)
+    app.add_exception_handler(EttError, ett_error)  # type: ignore[arg-type]
+    for router in ROUTERS:
         app.include_router(router)
+    if ctx.aggregator is not None:
+        app.include_router(admin_routes.router)
     # The web console under /ui/ (and / redirects there); it reads what /v1/ reads.
-    app.state.console_sessions = console.install(
-        app, ctx.engine, ctx.auth, ctx.clock, s.slo_file,
-        Sessions(ctx.auth, max_sessions=s.console_max_sessions,
-                 per_token=s.console_sessions_per_token))
-
-    @app.get("/metrics", summary="Prometheus exposition", include_in_schema=True)
-    async def metrics_endpoint(request: Request) -> Response:
-        if s.metrics_auth:
-            ctx.auth.authenticate(request.headers.get("authorization"))
-        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
-
-    original_openapi = app.openapi
-
-    def _openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = original_openapi()
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(
-                openapi_components()
-            )
-            schema["components"]["securitySchemes"] = {
-                "bearer": {"type": "http", "scheme": "bearer"}
-            }
-            schema["security"] = [{"bearer": []}]
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = _openapi  # type: ignore[method-assign]
+    console.install(app)
+    app.add_api_route("/metrics", metrics_endpoint, methods=["GET"],
+                      summary="Prometheus exposition")
+    app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app
+
+
+async def ett_error(_request: Request, exc: EttError) -> JSONResponse:
+    return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
+                        headers=exc.headers)
+
+
+async def metrics_endpoint(request: Request, ctx: Context) -> Response:
+    if ctx.settings.metrics_auth:
+        await caller(request)
+    return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def openapi_schema(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus the batch's JSON Schema and the bearer scheme, built once."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(
+            openapi_components()
+        )
+        schema["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"}
+        }
+        schema["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+    return app.openapi_schema
