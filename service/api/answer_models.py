@@ -171,7 +171,7 @@ class PassAnswer(Answer):
 class QuarantinedJob(Answer):
     job_id: str
     error: str
-    last_event_seq: int | None
+    last_event_seq: int
     since: str
     last_failed_at: str
     failures: int
