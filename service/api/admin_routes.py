@@ -40,8 +40,4 @@ async def post_aggregate(_caller: Admin, aggregator: TheAggregator) -> dict[str,
 @router.get("/admin/quarantine", response_model=Quarantine,
             summary="Jobs held out of aggregation, with their errors")
 async def get_quarantine(_caller: Admin, aggregator: TheAggregator) -> dict[str, Any]:
-    def read() -> dict[str, Any]:
-        with aggregator.engine.connect() as conn:
-            return {"count": quarantine.count(conn), "jobs": quarantine.listing(conn)}
-
-    return await run_in_threadpool(read)
+    return await run_in_threadpool(quarantine.quarantine_report, aggregator.engine)

@@ -11,10 +11,10 @@ from fastapi.concurrency import run_in_threadpool
 from service.access.callers import Reader
 from service.errors import Unprocessable
 from service.results.advice import checkpoint_advice
+from service.results.windows import parse_window
 
 from .answer_models import CheckpointAdvice
 from .context import Context
-from .read_routes import parse_window
 
 DEFAULT_WINDOW = timedelta(days=30)
 router = APIRouter(prefix="/v1")

@@ -37,11 +37,12 @@ def create_app(ctx: AppContext) -> FastAPI:
     )
     add_redoc(app)
     # What the dependencies reach: the context (service.api.context), the authenticator
-    # (service.access.callers), the ingest flow (service.ingest).
+    # (service.access.callers), the ingest flow (service.ingest), the console's state.
     app.state.ctx = ctx
     app.state.auth = ctx.auth
     app.state.ingestion = ctx.ingestion
-    app.state.console_sessions = ctx.sessions
+    app.state.console = ctx.console
+    app.state.console_sessions = ctx.console.sessions
     # Added first, so it runs inside the metrics middleware (whose timing then includes it).
     app.add_middleware(PreAuthMiddleware, auth=ctx.auth)
     app.add_middleware(MetricsMiddleware, metrics=ctx.http_metrics)

@@ -22,6 +22,7 @@ from ett_core import Taxonomy
 from service.access.auth import Authenticator
 from service.access.tokens import TokenStore
 from service.aggregate import Aggregator, build_aggregator
+from service.console.routes import Console
 from service.console.session import Sessions
 from service.ingest import Ingestion, IngestLimits, utc_now
 from service.metrics.collector import AggregatorCollector, register_aggregator_metrics
@@ -45,7 +46,7 @@ class AppContext:
     registry: CollectorRegistry
     http_metrics: HttpMetrics
     ingestion: Ingestion
-    sessions: Sessions
+    console: Console
     clock: Callable[[], datetime]
     aggregator: Aggregator | None = None
     # The aggregator's exporter, in the process that runs the aggregation loop.
@@ -109,8 +110,9 @@ def build_context(
     return AppContext(
         settings=s, engine=engine, auth=auth, token_store=token_store, taxonomy=taxonomy,
         registry=registry, http_metrics=http_metrics, ingestion=ingestion,
-        sessions=Sessions(auth, max_sessions=s.console_max_sessions,
-                          per_token=s.console_sessions_per_token),
+        console=Console(engine, clock, s.slo_file,
+                        Sessions(auth, max_sessions=s.console_max_sessions,
+                                 per_token=s.console_sessions_per_token)),
         clock=clock, aggregator=aggregator, collector=collector, ingest_pool=pool)
 
 

@@ -3,24 +3,27 @@ GET route per registered page (service.console.pages.PAGES)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from service.access.auth import Principal
-from service.api.context import Context
 from service.errors import BadRequest, EttError
 from service.wire.body import read_body
 
 from . import formats
 from .pages import PAGES, PageRequest
-from .session import COOKIE, IDLE_S
+from .session import COOKIE, IDLE_S, Sessions
 
 HERE = Path(__file__).resolve().parent
 PREFIX = "/ui"
@@ -50,6 +53,23 @@ def _safe_next(target: str | None) -> str:
     return PREFIX + "/"
 
 
+@dataclass(frozen=True)
+class Console:
+    """What the console's routes share, built by the composition root
+    (service.api.context): where pages read, the clock, the SLO file, the sign-in sessions."""
+
+    engine: Engine
+    clock: Callable[[], datetime]
+    slo_spec: Path | None
+    sessions: Sessions
+
+
+async def console_of(request: Request) -> Console:
+    """The app's console (`app.state.console`, set by `create_app`)."""
+    return request.app.state.console
+
+
+TheConsole = Annotated[Console, Depends(console_of)]
 ENV = _environment()
 router = APIRouter(include_in_schema=False)
 
@@ -78,8 +98,8 @@ async def root() -> RedirectResponse:
 
 
 @router.get(PREFIX + "/login")
-async def login_form(request: Request, ctx: Context) -> Response:
-    if await ctx.sessions.current(request) is not None:
+async def login_form(request: Request, console: TheConsole) -> Response:
+    if await console.sessions.current(request) is not None:
         return RedirectResponse(_safe_next(request.query_params.get("next")),
                                 status_code=303)
     return render("login.html", next=_safe_next(request.query_params.get("next")),
@@ -87,8 +107,8 @@ async def login_form(request: Request, ctx: Context) -> Response:
 
 
 @router.post(PREFIX + "/login")
-async def login(request: Request, ctx: Context) -> Response:
-    sessions = ctx.sessions
+async def login(request: Request, console: TheConsole) -> Response:
+    sessions = console.sessions
     # No token yet, so nothing to check first: the form is small and read bounded.
     body = await read_body(request, limit=LOGIN_MAX_BYTES, deadline_s=LOGIN_DEADLINE_S,
                            media_types=("application/x-www-form-urlencoded",))
@@ -125,16 +145,16 @@ async def login(request: Request, ctx: Context) -> Response:
 
 
 @router.post(PREFIX + "/logout")
-async def logout(request: Request, ctx: Context) -> RedirectResponse:
-    ctx.sessions.close(request.cookies.get(COOKIE))
+async def logout(request: Request, console: TheConsole) -> RedirectResponse:
+    console.sessions.close(request.cookies.get(COOKIE))
     response = RedirectResponse(PREFIX + "/login", status_code=303)
     response.delete_cookie(COOKIE, path=PREFIX)
     return response
 
 
 @router.get(PREFIX + "/search")
-async def search(request: Request, ctx: Context) -> Response:
-    if await ctx.sessions.current(request) is None:
+async def search(request: Request, console: TheConsole) -> Response:
+    if await console.sessions.current(request) is None:
         return to_login(request)
     job_id = request.query_params.get("job_id", "").strip()
     if not job_id:
@@ -146,11 +166,11 @@ async def search(request: Request, ctx: Context) -> Response:
 _PAGE_OF = {PREFIX + page.path: page for page in PAGES}
 
 
-async def show_page(request: Request, ctx: Context) -> Response:
+async def show_page(request: Request, console: TheConsole) -> Response:
     """Any registered page: signed in, its figures built off the loop, then rendered."""
     page = _PAGE_OF[request.scope["route"].path]
     try:
-        user = await ctx.sessions.current(request)
+        user = await console.sessions.current(request)
     except EttError as exc:
         return render("error.html", status=exc.status_code, message=exc.message, user=None)
     if user is None:
@@ -159,8 +179,8 @@ async def show_page(request: Request, ctx: Context) -> Response:
                                  *request.query_params.values())):
         return render("error.html", status=422, user=user,
                       message="a parameter contains the character U+0000")
-    req = PageRequest(engine=ctx.engine, now=ctx.clock(), path=dict(request.path_params),
-                      query=dict(request.query_params), slo_spec=ctx.settings.slo_file)
+    req = PageRequest(engine=console.engine, now=console.clock(), path=dict(request.path_params),
+                      query=dict(request.query_params), slo_spec=console.slo_spec)
     try:
         figures = await run_in_threadpool(page.build, req)
     except EttError as exc:

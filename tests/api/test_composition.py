@@ -70,7 +70,7 @@ def test_defaults_are_the_settings_defaults(db_engine) -> None:
                        console_sessions_per_token=2)
     ctx = build_context(changed, db_engine, with_aggregator=False)
     assert ctx.ingestion.in_flight.max_requests == 3
-    assert ctx.sessions.per_token == 2
+    assert ctx.console.sessions.per_token == 2
 
 
 def test_the_openapi_document_describes_the_answers_of_the_read_routes(api) -> None:
