@@ -11,21 +11,17 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from sqlalchemy import Engine, text
 
 from service.access.auth import Principal
-from service.access.callers import EventWriter, SpanWriter
+from service.access.callers import SpanWriter, writer_of
 from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
 from service.settings import Settings
-from service.store.engine import db_unavailable
-from service.store.events import store_rows
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
 from service.wire.batch import ValidatedBatch, validate_batch
 from service.wire.body import json_object, read_body
-from service.wire.ownership import OwnerCache, OwnershipCheck
+from service.wire.job_claims import ClaimCache, JobClaimsCheck
 from service.wire.span_mapping import SpanMapping
 from service.wire.spans import SpanEvents, events_of
 from service.wire.whole import decide_whole
@@ -33,6 +29,10 @@ from service.work_pool import WorkPool
 
 log = logging.getLogger(__name__)
 WHOLE_MIN_BYTES = 1024
+# A body up to this size (about a dozen events) is decided on the event loop: ~0.05 ms,
+# less than the hop to a worker thread and back costs, and a fleet's small writers never
+# wait for the worker queue (whose bound then holds only larger bodies).
+INLINE_MAX_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,6 @@ class IngestLimits:
     # The ingest window: older events only through an admin token (the backfill path).
     ingest_max_age_s: float
     max_in_flight_bytes: int
-    statement_timeout_ms: int
     max_in_flight_per_token: int
     body_deadline_s: float
     # The work budget of one OTLP request, counted before any span is mapped.
@@ -67,7 +66,6 @@ class IngestLimits:
             ingest_max_age_s=s.ingest_max_age.total_seconds(),
             max_in_flight=s.ingest_max_in_flight,
             max_in_flight_bytes=s.ingest_max_in_flight_bytes,
-            statement_timeout_ms=s.ingest_statement_timeout_ms,
             max_in_flight_per_token=s.ingest_max_in_flight_per_token,
             body_deadline_s=s.ingest_body_deadline_s,
             max_spans=s.otlp_max_spans,
@@ -183,46 +181,30 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     return events
 
 
-def store(engine: Engine, lines: list[str], jobs: set[str], statement_timeout_ms: int = 0,
-          admit: OwnershipCheck | None = None, team: str | None = None) -> int:
-    """Commit the events; return how many were new. Raise Unavailable if the DB is not there.
-
-    Returns only after COMMIT succeeded, so a 202 never acknowledges what was not stored.
-    `statement_timeout_ms` applies to this transaction only (`SET LOCAL`).
-    """
-    with db_unavailable("ingest"), engine.begin() as conn:
-        if statement_timeout_ms:
-            conn.execute(text(f"SET LOCAL statement_timeout = {int(statement_timeout_ms)}"))
-        return store_rows(conn.connection.driver_connection, lines, jobs, admit, team)
-
-
 class Ingestion:
     """What the ingest routes share in one process: the limits, admission control, the
-    claims already committed, the decoding threads, and where batches are stored. With
-    `pool` (what `ett serve` passes) batches are stored on the event loop; without it
-    through `engine`, in a worker thread."""
+    claims already committed, the decoding threads, and the pool batches are stored
+    through, on the event loop."""
 
     def __init__(
         self,
-        engine: Engine,
+        pool: IngestPool,
         limits: IngestLimits,
         clock: Callable[[], datetime],
         *,
         on_outcome: Callable[[BatchOutcome], None] | None = None,
         owner_of: Callable[[str], str | None] = lambda _model: None,
-        pool: IngestPool | None = None,
         span_mapping: SpanMapping | None = None,
     ) -> None:
-        self.engine = engine
+        self.pool = pool
         self.limits = limits
         self.clock = clock
         self.on_outcome = on_outcome
         self.owner_of = owner_of
-        self.pool = pool
         self.mapping = span_mapping or SpanMapping()
         self.in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
                                        limits.max_in_flight_per_token)
-        self.owners = OwnerCache()
+        self.claims = ClaimCache()
         self.work = WorkPool(limits.work_threads, limits.work_queue)
 
     def decide_events(self, body: bytearray, principal: Principal) -> ValidatedBatch:
@@ -259,27 +241,22 @@ class Ingestion:
         batch = validate_batch(raw, principal, now=self.clock(),
                                max_future_s=self.limits.max_future_s, max_age_s=max_age_s,
                                owner_of=self.owner_of, window=window)
-        if not batch.lines and batch.forbidden:
+        if not len(batch.rows) and batch.forbidden:
             raise Forbidden(_forbidden_summary(batch.forbidden))
         return batch
 
     async def stored(self, batch: ValidatedBatch, team: str | None
-                     ) -> tuple[int, OwnershipCheck]:
-        """Store a validated batch: how many of its events were new, and the ownership
+                     ) -> tuple[int, JobClaimsCheck]:
+        """Store a validated batch: how many of its events were new, and the job-claims
         check that kept, moved or rejected each event (`kept`, `moved`, `rejected`)."""
-        owned = OwnershipCheck(batch, team)
-        cached = owned.from_cache(self.owners)
-        lines, admit = (batch.lines, owned) if cached is None else (cached, None)
-        jobs = batch.jobs if cached is None else {line.split("\t", 3)[2] for line in cached}
-        if self.pool is not None:
-            inserted = await self.pool.store(lines, jobs, admit, team)
-        elif lines:
-            inserted = await run_in_threadpool(store, self.engine, lines, jobs,
-                                               self.limits.statement_timeout_ms, admit, team)
+        check = JobClaimsCheck(batch, team)
+        cached = check.from_cache(self.claims)
+        if cached is None:
+            inserted = await self.pool.store(batch.rows, check, team)
         else:
-            inserted = 0
-        self.owners.learn(owned.seen)  # committed: store returns only after COMMIT
-        return inserted, owned
+            inserted = await self.pool.store(cached)
+        self.claims.learn(check.seen)  # committed: store returns only after COMMIT
+        return inserted, check
 
     def report(self, outcome: BatchOutcome, principal_id: str, route: str) -> None:
         log.debug("%s batch: accepted=%d duplicates=%d rejected=%d token=%s", route,
@@ -290,12 +267,14 @@ class Ingestion:
 
 def ingestion(request: Request) -> Ingestion:
     """The app's ingest flow (`app.state.ingestion`, set by `create_app`). Read from the
-    request rather than as a dependency: each dependency costs every request its own
-    resolution, and these two routes are the hot path."""
+    request rather than as a dependency: these two routes are the hot path, and
+    `POST /v1/events` is served past FastAPI's stack (service/api/app.py) only while its
+    endpoint takes the request alone."""
     return request.app.state.ingestion
 
 
 router = APIRouter()
+event_writer = writer_of("events")
 
 
 @router.post(
@@ -309,27 +288,27 @@ router = APIRouter()
         }
     },
 )
-async def post_events(request: Request, principal: EventWriter) -> Response:
+async def post_events(request: Request) -> Response:
+    # The caller checked inline, as the dependency would: the fast path solves nothing.
+    principal = await event_writer(request)
     flow = ingestion(request)
     limits = flow.limits
     with flow.in_flight.admitted(principal.token_id or "") as charge:
         body = await read_body(request, limit=limits.max_body_bytes,
                                deadline_s=limits.body_deadline_s, charge=charge)
-        # A small body is decided at once: handing it to a worker would cost more
-        # than deciding it.
-        if len(body) < WHOLE_MIN_BYTES:
+        if len(body) <= INLINE_MAX_BYTES:
             batch = flow.decide_events(body, principal)
         else:
             batch = await flow.work.run(flow.decide_events, body, principal)
         del body  # nothing keeps the body alive past validation
-        if not batch.lines and batch.forbidden:
+        if not len(batch.rows) and batch.forbidden:
             raise Forbidden(_forbidden_summary(batch.forbidden))
-        inserted, owned = await flow.stored(batch, principal.team)
+        inserted, checked = await flow.stored(batch, principal.team)
     outcome = BatchOutcome(
         accepted=inserted,
-        duplicates=owned.kept - inserted + batch.in_batch_duplicates,
-        rejected=sorted(batch.rejected + owned.rejected, key=lambda r: r["index"]),
-        moved=owned.moved,
+        duplicates=checked.kept - inserted + batch.in_batch_duplicates,
+        rejected=sorted(batch.rejected + checked.rejected, key=lambda r: r["index"]),
+        moved=checked.moved,
     )
     flow.report(outcome, principal.token_id, "ingest")
     return Response(orjson.dumps(outcome.to_wire()), status_code=202,
@@ -356,15 +335,15 @@ async def post_traces(request: Request, principal: SpanWriter) -> Response:
                                media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
         mapped, batch = await flow.work.run(flow.decide_spans, body, media, principal)
         del body
-        inserted, owned = await flow.stored(batch, principal.team)
+        inserted, checked = await flow.stored(batch, principal.team)
     # A span is rejected when any of its events is: its other events may be stored,
     # and a corrected re-send stores the rest (the stored ones are duplicates).
     span_errors = dict(mapped.rejected)
-    for item in batch.rejected + owned.rejected:
+    for item in batch.rejected + checked.rejected:
         span_errors.setdefault(mapped.events[item["index"]][0], item["error"])
     outcome = BatchOutcome(
         accepted=inserted,
-        duplicates=owned.kept - inserted + batch.in_batch_duplicates,
+        duplicates=checked.kept - inserted + batch.in_batch_duplicates,
         rejected=[{"index": i, "error": e} for i, e in sorted(span_errors.items())],
     )
     flow.report(outcome, principal.token_id, "otlp")

@@ -27,7 +27,7 @@ from service.console.session import Sessions
 from service.ingest import Ingestion, IngestLimits, utc_now
 from service.metrics.collector import AggregatorCollector, register_aggregator_metrics
 from service.settings import Settings
-from service.store.ingest_pool import IngestPool
+from service.store.ingest_pool import IngestPool, pool_for
 from service.taxonomy import taxonomy_from
 from service.wire.span_mapping import load_mapping
 
@@ -48,19 +48,18 @@ class AppContext:
     ingestion: Ingestion
     console: Console
     clock: Callable[[], datetime]
+    # Ingest stores through this one, on the event loop (the app closes its connections
+    # as it stops: they belong to its loop).
+    ingest_pool: IngestPool
     aggregator: Aggregator | None = None
     # The aggregator's exporter, in the process that runs the aggregation loop.
     collector: AggregatorCollector | None = None
-    # POST /v1/events stores through this one, on the event loop, when set (`ett serve`
-    # sets it); else through `engine` in a worker thread.
-    ingest_pool: IngestPool | None = None
 
     def close(self) -> None:
         """Release what the context holds beyond the engine (which its opener disposes)."""
         if self.collector is not None:
             self.collector.close()
-        if self.ingest_pool is not None:
-            asyncio.run(self.ingest_pool.close())
+        asyncio.run(self.ingest_pool.close())
 
 
 def build_context(
@@ -75,8 +74,9 @@ def build_context(
 ) -> AppContext:
     """Build the parts of one process over `engine`.
 
-    `admin_token` is the bootstrap admin token (default: `ETT_ADMIN_TOKEN`); `ingest_url`
-    gives ingest its own pool of connections on the event loop; `with_aggregator` adds the
+    `admin_token` is the bootstrap admin token (default: `ETT_ADMIN_TOKEN`); ingest stores
+    through a pool of its own on the event loop, on `ingest_url` (default: `engine`'s
+    database); `with_aggregator` adds the
     aggregator (and `POST /v1/aggregate`); `export_aggregates` registers its exporter on
     `/metrics`, refreshed by every pass (the process that runs the aggregation loop).
     """
@@ -91,16 +91,12 @@ def build_context(
     taxonomy = taxonomy_from(s)
     registry = CollectorRegistry()
     http_metrics = HttpMetrics(registry)
-    pool = None if ingest_url is None else IngestPool(
-        # As many connections as the main engine may open (pool plus overflow).
-        ingest_url, size=2 * s.db_pool_size, timeout_s=s.db_pool_timeout_s,
-        # 0 means no ingest-specific timeout: the general one, as on the main engine.
-        statement_timeout_ms=s.ingest_statement_timeout_ms or s.db_statement_timeout_ms)
+    pool = pool_for(ingest_url or engine.url.render_as_string(hide_password=False), s)
     ingestion = Ingestion(
-        engine, IngestLimits.from_settings(s), clock,
+        pool, IngestLimits.from_settings(s), clock,
         on_outcome=lambda o: http_metrics.count_batch(o.accepted, o.duplicates,
                                                       len(o.rejected)),
-        owner_of=taxonomy.team_of_model, pool=pool, span_mapping=load_mapping(s.otlp_mapping))
+        owner_of=taxonomy.team_of_model, span_mapping=load_mapping(s.otlp_mapping))
     aggregator = build_aggregator(s, engine, taxonomy) if with_aggregator else None
     collector = None
     if export_aggregates and aggregator is not None:
