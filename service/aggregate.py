@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
@@ -35,6 +35,7 @@ from service.settings import Settings, default
 from service.store import impact, state
 from service.store import results as store
 from service.store.result_rows import RowFormatter
+from service.store.retention import ensure_partitions_quietly
 from service.taxonomy import taxonomy_from
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class Aggregator:
         self.passes_failed = 0
         # A new process may run fixed code: its first pass retries the quarantined jobs.
         self._quarantine_retried = False
+        self._partitions_checked_on: date | None = None
 
     def listen(self, listener: Callable[[PassReport], None]) -> None:
         """Call `listener` with the report of every pass that completes, in the order the
@@ -159,6 +161,9 @@ class Aggregator:
         with self._lock:
             now = self.clock()
             report = PassReport(started_at=now)
+            if self._partitions_checked_on != now.date():  # the months ahead exist
+                ensure_partitions_quietly(self.engine, now)
+                self._partitions_checked_on = now.date()
             with self.engine.connect() as conn:
                 dirty = store.dirty_candidates(conn)
                 # A quarantined job waits for new events: recomputed unchanged, it would

@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
          "reads", "console", "otlp", "advice", "slow_clients", "impact", "ingest_window",
-         "loop_stall", "small_writers")
+         "loop_stall", "fleet_180d", "small_writers")
 
 
 @pytest.mark.slow
