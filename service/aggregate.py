@@ -31,7 +31,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import Event, JobComputation, Taxonomy, compute_job
 from service.aggregation.open_job_cache import OpenJobCache
-from service.settings import Settings
+from service.settings import Settings, default
 from service.store import impact, state
 from service.store import results as store
 from service.store.result_rows import RowFormatter
@@ -118,10 +118,9 @@ class Aggregator:
         engine: Engine,
         taxonomy: Taxonomy,
         *,
-        heartbeat_timeout_s: float = 600.0,
-        batch_jobs: int = 200,
+        heartbeat_timeout_s: float = default("heartbeat_timeout_s"),
+        batch_jobs: int = default("aggregate_batch_jobs"),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        after_pass: Callable[[PassReport], None] | None = None,
         open_job_cache_events: int = 2_000_000,
     ) -> None:
         self.engine = engine
@@ -129,7 +128,7 @@ class Aggregator:
         self.heartbeat_timeout_us = int(heartbeat_timeout_s * 1_000_000)
         self.batch_jobs = batch_jobs
         self.clock = clock
-        self.after_pass = after_pass
+        self._listeners: list[Callable[[PassReport], None]] = []
         self._lock = threading.Lock()  # one pass at a time per process
         self._cache = OpenJobCache(max_events=open_job_cache_events)
         self.last_report: PassReport | None = None
@@ -138,6 +137,11 @@ class Aggregator:
         # A new process may run fixed code: its first pass retries the quarantined jobs.
         self._quarantine_retried = False
         self._partitions_checked_on: date | None = None
+
+    def listen(self, listener: Callable[[PassReport], None]) -> None:
+        """Call `listener` with the report of every pass that completes, in the order the
+        listeners were added (the metrics exporter refreshes its snapshot this way)."""
+        self._listeners.append(listener)
 
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
@@ -199,8 +203,8 @@ class Aggregator:
             report.finished_at = self.clock()
             self.last_report = report
             self.last_success_at = report.finished_at
-            if self.after_pass is not None:
-                self.after_pass(report)
+            for listener in self._listeners:
+                listener(report)
             log.info(
                 "aggregation pass: recomputed=%d skipped_locked=%d failed=%d duration=%.3fs",
                 report.jobs_recomputed, report.jobs_skipped_locked, report.jobs_failed,
@@ -354,11 +358,13 @@ class Aggregator:
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
 
 
-def build_aggregator(settings: Settings, engine: Engine) -> Aggregator:
-    """The aggregator as configured (shared by serve, aggregate, the recompute and tests)."""
+def build_aggregator(settings: Settings, engine: Engine,
+                     taxonomy: Taxonomy | None = None) -> Aggregator:
+    """The aggregator as configured (shared by serve, aggregate, the recompute and tests);
+    `taxonomy` when the caller has read it already (one reading per process)."""
     return Aggregator(
         engine,
-        taxonomy_from(settings),
+        taxonomy if taxonomy is not None else taxonomy_from(settings),
         heartbeat_timeout_s=settings.heartbeat_timeout_s,
         batch_jobs=settings.aggregate_batch_jobs,
     )

@@ -177,20 +177,21 @@ def service_factory(pg_server_url: str) -> Iterator[object]:
         proc.stop()
 
 
-@pytest.fixture
-def app_context(db_engine: Engine) -> object:
-    from service.access.auth import Authenticator
-    from service.aggregate import build_aggregator
-    from service.api.app import AppContext
+def make_context(engine: Engine, *, with_aggregator: bool = True, **settings: object
+                 ) -> object:
+    """The app's context as `ett serve` builds it (service.api.context), on `engine`, with
+    the admin token and any settings given."""
+    from service.api.context import build_context
     from service.settings import Settings
 
-    settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
-    return AppContext(
-        settings=settings,
-        engine=db_engine,
-        auth=Authenticator(ADMIN_TOKEN),
-        aggregator=build_aggregator(settings, db_engine),
-    )
+    return build_context(Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
+                                  **settings),  # type: ignore[arg-type]
+                         engine, with_aggregator=with_aggregator)
+
+
+@pytest.fixture
+def app_context(db_engine: Engine) -> object:
+    return make_context(db_engine)
 
 
 @pytest.fixture

@@ -170,14 +170,13 @@ def test_times_keep_whole_microseconds() -> None:
 
 
 def test_spans_share_the_ingest_admission_limit_and_get_503_with_retry_after(
-        db_engine, app_context) -> None:
+        db_engine) -> None:
     from fastapi.testclient import TestClient
 
     from service.api.app import create_app
-    from tests.conftest import ADMIN_TOKEN
+    from tests.conftest import ADMIN_TOKEN, make_context
 
-    app_context.settings = app_context.settings.model_copy(
-        update={"ingest_max_in_flight_bytes": 1024})
+    app_context = make_context(db_engine, ingest_max_in_flight_bytes=1024)
     body = request_of(one_logger_job(base_ns()) * 4, **resource("job-big")).SerializeToString()
     assert len(body) > 1024
     with TestClient(create_app(app_context)) as client:
@@ -247,14 +246,13 @@ def test_a_seeded_trainer_repeating_its_span_ids_on_a_restart_reads_two_attempts
 
 
 @pytest.fixture
-def small_budget(app_context):
+def small_budget(db_engine):
     from fastapi.testclient import TestClient
 
     from service.api.app import create_app
-    from tests.conftest import ADMIN_TOKEN
+    from tests.conftest import ADMIN_TOKEN, make_context
 
-    app_context.settings = app_context.settings.model_copy(
-        update={"otlp_max_spans": 10, "otlp_max_attributes": 50})
+    app_context = make_context(db_engine, otlp_max_spans=10, otlp_max_attributes=50)
     with TestClient(create_app(app_context)) as client:
         client.headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"
         yield client

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection, Engine, text
 
+from service.settings import default
 from service.store.engine import db_unavailable
 from service.wire.event import NAME_RE
 
@@ -165,8 +166,9 @@ class TokenStore:
 
     MAX_ENTRIES = 10_000
 
-    def __init__(self, engine: Engine, *, cache_ttl_s: float = 3.0,
-                 last_used_flush_s: float = 10.0,
+    def __init__(self, engine: Engine, *,
+                 cache_ttl_s: float = default("token_cache_ttl_s"),
+                 last_used_flush_s: float = default("token_last_used_flush_s"),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._engine = engine
         self._ttl = cache_ttl_s

@@ -79,7 +79,7 @@ def first_seen(conn: Connection) -> list[tuple[str, str, datetime]]:
     return q.first_seen(conn)
 
 
-def build_snapshot(conn: Connection, now: datetime, silent_after_s: float = 600.0) -> Snapshot:
+def build_snapshot(conn: Connection, now: datetime, silent_after_s: float) -> Snapshot:
     snap = Snapshot(taken_at=now)
     for model, team, queue_s, uninstrumented in q.scheduler_totals(conn):
         snap.queue_seconds[(model, team)] = queue_s

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from service.access import tokens
-from service.access.auth import Authenticator
-from service.api.app import AppContext, create_app
+from service.api.app import create_app
+from service.api.context import build_context
 from service.settings import Settings
 from service.taxonomy import DEFAULT_TAXONOMY_PATH
 from tests import factories
@@ -46,7 +46,7 @@ def make_client(db_engine) -> Iterator[object]:
     def make(**overrides: object) -> TestClient:
         settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
                             **overrides)  # type: ignore[arg-type]
-        ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN))
+        ctx = build_context(settings, db_engine, with_aggregator=False)
         client = TestClient(create_app(ctx))
         client.__enter__()
         clients.append(client)
@@ -135,11 +135,8 @@ def test_an_admin_may_write_any_model_and_team(client, db_engine) -> None:
 
 
 def test_a_reader_may_read_but_not_post_or_aggregate(make_client, db_engine) -> None:
-    from service.aggregate import build_aggregator
-
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
-    ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN),
-                     aggregator=build_aggregator(settings, db_engine))
+    ctx = build_context(settings, db_engine)
     with TestClient(create_app(ctx)) as client:
         reader = auth(token(db_engine, "reader"))
         writer = auth(token(db_engine, "writer", "ads", ("ads_*",)))

@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.access.auth import Authenticator
 from service.access.tokens import create_token, revoke_token
-from service.aggregate import build_aggregator
-from service.api.app import AppContext, create_app
+from service.api.app import create_app
+from service.api.context import build_context
 from service.settings import Settings
 from tests.conftest import ADMIN_TOKEN
 from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all
@@ -89,8 +88,7 @@ def test_sign_out_ends_the_session(browser: TestClient) -> None:
 def test_a_revoked_tokens_session_stops_working(db_engine) -> None:
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
                         token_cache_ttl_s=0.001)
-    ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN),
-                     aggregator=build_aggregator(settings, db_engine))
+    ctx = build_context(settings, db_engine)
     with db_engine.begin() as conn:
         info, token = create_token(conn, "reader", note="console test")
     with TestClient(create_app(ctx)) as client:
@@ -249,7 +247,7 @@ def test_sign_in_when_the_token_store_cannot_answer_is_a_503_with_a_message() ->
     # A real engine on a port where no PostgreSQL listens: the token store cannot tell.
     dead = make_engine(f"postgresql+psycopg://ett@127.0.0.1:{free_port()}/ett", pool_size=1)
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
-    ctx = AppContext(settings=settings, engine=dead, auth=Authenticator(ADMIN_TOKEN))
+    ctx = build_context(settings, dead, with_aggregator=False)
     client = TestClient(create_app(ctx))
     r = sign_in(client, "ett_some_stored_token")
     assert r.status_code == 503 and "Cannot sign in now" in r.text
