@@ -11,10 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ett_core.diagnostics import DiagnosticsBuilder
-from ett_core.events import Event
+from ett_core.events import FAILURE_CAUSES, RELEASE_REASONS, Event
 
-FAILURE_CAUSES = ("infra", "user", "preemption")
-RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
 _RELEASE_FAILURE_CAUSE = {"failed": "infra", "preempted": "preemption"}
 DEFAULT_GPUS = 1
 

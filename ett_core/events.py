@@ -23,6 +23,11 @@ EVENT_TYPES = (
     "failure",
     "heartbeat",
 )
+# The types that name a phase (and so must carry one).
+PHASE_TYPES = frozenset(("phase_start", "phase_end"))
+# A failure event's `attrs.cause`, and a released event's `attrs.reason`.
+FAILURE_CAUSES = ("infra", "user", "preemption")
+RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
 
 # Tie-break for events at the same instant. Each position is deliberate:
 # - allocated first: nothing is held before it, so nothing at that instant precedes it;

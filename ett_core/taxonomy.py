@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from ett_core.events import FAILURE_CAUSES
+
 COMPONENTS = (
     "scheduling",
     "initialization",
@@ -24,7 +26,8 @@ COMPONENTS = (
 EFFECTIVE = "effective_training"
 WASTED = "wasted_training"
 UNATTRIBUTED = "unattributed"
-CAUSES = ("infra", "user", "preemption", "lost")
+# Why an attempt ended early: a failure event's cause, or `lost` (silence past the timeout).
+CAUSES = (*FAILURE_CAUSES, "lost")
 LOST_PROGRESS = "lost_progress"
 CHECKPOINT_SAVE = "checkpoint_save"
 STALLED = "stalled"

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import Event, JobComputation, Taxonomy, compute_job
+from ett_core.instants import dt_to_us
 from service.aggregation.open_job_cache import OpenJobCache
 from service.results import impact, quarantine
 from service.results.checkpoint_facts import replace_checkpoint_facts
@@ -248,7 +249,7 @@ class Aggregator:
 
     def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport,
                    remember: bool = True) -> None:
-        now_us = store.dt_to_us(now)
+        now_us = dt_to_us(now)
         with self.engine.begin() as conn:
             conn.exec_driver_sql(_CHUNK_SETTINGS)
             locked = store.try_lock_jobs(conn, job_ids)

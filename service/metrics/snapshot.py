@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, text
 
-from ett_core.taxonomy import STALLED
+from ett_core.taxonomy import CAUSES, STALLED
 from service.store import queries as q
 
 RATIO_WINDOWS = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
@@ -20,7 +20,6 @@ RATIO_WINDOWS = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timede
 LEVEL1_BUCKETS = (60.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0)
 
 Key = tuple[str, ...]
-CAUSES = ("infra", "user", "preemption", "lost")
 
 
 @dataclass

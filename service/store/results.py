@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -19,27 +19,18 @@ from sqlalchemy import Connection, text
 
 from ett_core import Event
 from ett_core.events import ATTRS_READ, NO_ATTRS
-from ett_core.instants import HOUR_US
+from ett_core.instants import HOUR_US, us_to_dt
 from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
 from .result_rows import JobRows, RollupKey, RowFormatter
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).
 JOB_LOCK_CLASS = 0x455454  # "ETT"
 
 FleetKey = tuple[int, str, str, str, str, str]  # hour_us, model, team, component, phase, owner
 TotalKey = tuple[str, str, str, str]  # model, team, component, owner
-
-
-def us_to_dt(ts_us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=ts_us)
-
-
-def dt_to_us(ts: datetime) -> int:
-    return (ts - _EPOCH) // timedelta(microseconds=1)
 
 
 def dirty_candidates(conn: Connection) -> dict[str, datetime]:

@@ -14,17 +14,15 @@ from typing import Any
 
 import orjson
 
+from ett_core import events as vocabulary
+from ett_core.events import FAILURE_CAUSES, RELEASE_REASONS
 from ett_core.taxonomy import RESERVED_PHASES  # re-exported for the fast path
 from service.wire.labels import LabelError, check_labels
 
-EVENT_TYPES = frozenset(
-    {"allocated", "released", "phase_start", "phase_end", "checkpoint", "failure", "heartbeat"}
-)
-FAILURE_CAUSES = ("infra", "user", "preemption")
+EVENT_TYPES = frozenset(vocabulary.EVENT_TYPES)
 # The model and team name /metrics folds the series beyond its bounds into: no writer may
 # send it, so a folded series never mixes with a real one.
 FOLDED = "other"
-RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
 KNOWN_FIELDS = frozenset(
     {
         "event_id",
