@@ -17,25 +17,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine
 
-from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, record, spread
+from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, record, spread, writer_token
 
 NAME = "slow_clients"
 STALLED = 130
 DEADLINE_S = 5.0
-
-
-def _writer_token(url: str) -> str:
-    from service.access import tokens
-
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            _info, secret = tokens.create_token(conn, "writer", "ads", ("ads_*",))
-    finally:
-        engine.dispose()
-    return secret
 
 
 def _stall(port: int, secret: str) -> socket.socket:
@@ -57,7 +44,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     posts = 50 if quick else 300
     env = {"ETT_INGEST_BODY_DEADLINE_S": str(DEADLINE_S)}
     with ett_serve(url, env=env) as srv:
-        secret = _writer_token(url)
+        secret = writer_token(url, "ads", ("ads_*",))
         port = int(srv.url.rsplit(":", 1)[1])
         started = time.monotonic()
         socks = [_stall(port, secret) for _ in range(STALLED)]
