@@ -244,8 +244,3 @@ class TokenStore:
                     self._uses[token_id] = max(at, self._uses.get(token_id, at))
             return 0
         return len(uses)
-
-    def forget(self) -> None:
-        """Drop the cache (tests; an operator never needs it: entries expire in one TTL)."""
-        with self._lock:
-            self._cache.clear()

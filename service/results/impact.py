@@ -16,7 +16,7 @@ import orjson
 from sqlalchemy import Connection, Engine, text
 
 from ett_core import JobComputation
-from ett_core.impact import OVERHEAD_TERMS, Cohort, cohort_wire, impact, job_impact, whatif
+from ett_core.impact import OVERHEAD_TERMS, Cohort, impact, job_impact, whatif
 from ett_core.instants import format_rfc3339_us
 from ett_core.taxonomy import COMPONENTS
 from service.store.tables import impact_column
@@ -164,11 +164,6 @@ def whatif_report(engine: Engine, selector: Selector, component: str,
     out = whatif(cohort, component, reduction)
     out["cohort"]["selector"] = _selector_wire(selector)
     return out
-
-
-def cohort_report(engine: Engine, selector: Selector) -> dict[str, Any]:
-    with engine.connect() as conn:
-        return cohort_wire(load_cohort(conn, selector))
 
 
 # --- annotations ------------------------------------------------------------------------
