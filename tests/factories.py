@@ -1,4 +1,4 @@
-"""Builders for wire events used across tests."""
+"""Builders for wire events used across tests, and a clock they move by hand."""
 
 from __future__ import annotations
 
@@ -78,3 +78,13 @@ def interrupted_job(job_id: str, model: str, base_min: float) -> list[dict]:
             e("phase_end", 58, 1, phase="training"),
             e("released", 58, 1, attrs={"reason": "completed"})]
     return evs
+
+
+class FakeClock:
+    """A monotonic clock (seconds) that moves only when a test moves it: `clock.now += 0.5`."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

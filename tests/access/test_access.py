@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from service.settings import Settings
 from service.taxonomy import DEFAULT_TAXONOMY_PATH
 from tests import factories
 from tests.conftest import ADMIN_TOKEN
+from tests.factories import FakeClock
 
 # Writers may send only events within the ingest window (7 days).
 RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
@@ -43,10 +43,16 @@ def taxonomy_file(tmp_path: Path) -> Path:
 def make_client(db_engine) -> Iterator[object]:
     clients: list[TestClient] = []
 
-    def make(**overrides: object) -> TestClient:
+    def make(token_clock: FakeClock | None = None, **overrides: object) -> TestClient:
         settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
                             **overrides)  # type: ignore[arg-type]
-        ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN))
+        auth, store = Authenticator(ADMIN_TOKEN), None
+        if token_clock is not None:  # the app's token store, on a clock the test moves
+            store = tokens.TokenStore(db_engine, cache_ttl_s=settings.token_cache_ttl_s,
+                                      last_used_flush_s=settings.token_last_used_flush_s,
+                                      clock=token_clock)
+            auth = auth.with_lookup(store.lookup, peek=store.peek)
+        ctx = AppContext(settings=settings, engine=db_engine, auth=auth, token_store=store)
         client = TestClient(create_app(ctx))
         client.__enter__()
         clients.append(client)
@@ -157,25 +163,27 @@ def test_a_reader_may_read_but_not_post_or_aggregate(make_client, db_engine) -> 
 
 
 def test_a_revoked_token_is_refused_within_the_cache_ttl(make_client, db_engine) -> None:
-    client = make_client(token_cache_ttl_s=0.5)
+    clock = FakeClock()
+    client = make_client(token_clock=clock, token_cache_ttl_s=0.5)
     writer = token(db_engine, "writer", "ads", ("ads_*",))
     assert post(client, writer, [event("heartbeat", 1, model="ads_a")]).status_code == 202
     with db_engine.begin() as conn:
         tokens.revoke_token(conn, writer["id"])
-    deadline = time.monotonic() + 5
+    deadline = clock.now + 5
     while post(client, writer, [event("heartbeat", 1, model="ads_a")]).status_code == 202:
-        assert time.monotonic() < deadline, "revocation did not take effect"
-        time.sleep(0.05)
+        assert clock.now < deadline, "revocation did not take effect"
+        clock.now += 0.05
     r = post(client, writer, [event("heartbeat", 1, model="ads_a")])
     assert r.status_code == 401 and "invalid or revoked token" in r.json()["detail"]
     assert client.get("/v1/models", headers=auth(writer)).status_code == 401
 
 
 def test_last_use_reaches_the_database_after_the_flush_interval(make_client, db_engine) -> None:
-    client = make_client(token_last_used_flush_s=0.2)
+    clock = FakeClock()
+    client = make_client(token_clock=clock, token_last_used_flush_s=0.2)
     reader = token(db_engine, "reader")
     client.get("/v1/models", headers=auth(reader))
-    time.sleep(0.3)
+    clock.now += 0.3
     client.get("/v1/models", headers=auth(reader))
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT last_used_at FROM api_tokens")).scalar() is not None
