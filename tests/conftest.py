@@ -2,7 +2,9 @@
 and a real `ett serve` subprocess.
 
 Each test that needs the database asks for `db_engine` (schema at head, tables emptied
-before the test) or `service`; nothing here is an in-memory stand-in.
+before the test) or `service`; nothing here is an in-memory stand-in. Every test that
+reaches the server through its fixtures carries the `db` mark (`-m "not db"` runs the
+others), set here rather than by hand.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ from service.store.engine import make_engine, normalize_url
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "test-admin-token"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every database fixture (db_engine, service, api, ...) stands on pg_server_url, so it
+    # is in the fixture closure of exactly the tests that touch PostgreSQL.
+    for item in items:
+        if "pg_server_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,6 @@ from tests.console.console_helpers import Figures, as_number, fleet_until_now, p
 from tests.console.test_console_pages import sign_in
 from tests.factories import spec_example
 
-pytestmark = pytest.mark.db
-
 # data-field on the pages -> where the endpoint's answer holds it
 FIELDS = {
     "interval_observed": ("interval_seconds", "observed"),

@@ -16,7 +16,6 @@ from service.demo import paired
 from tests.console.console_helpers import Figures, as_number, post_all
 from tests.console.test_console_pages import sign_in
 
-pytestmark = pytest.mark.db
 SUMMARY = {"delta_ett_pp": ("delta_ett_pp",), "total_gpu_seconds": ("savings", "total_gpu_seconds"),
            "recovery_share": ("recovery_share",), "startup_direct": ("startup_credit", "direct"),
            "startup_cascade": ("startup_credit", "cascade"),

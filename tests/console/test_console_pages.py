@@ -17,7 +17,6 @@ from tests.conftest import ADMIN_TOKEN
 from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all
 from tests.factories import event, spec_example
 
-pytestmark = pytest.mark.db
 PAGES = ("/ui/", "/ui/teams/ads", "/ui/models/model-a", "/ui/jobs/job-1", "/ui/search?job_id=x")
 
 

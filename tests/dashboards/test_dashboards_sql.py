@@ -32,8 +32,6 @@ pytest.importorskip("grafana_foundation_sdk")
 from dashboards.queries import all_sql, expand_sql_macros
 from service.store import tables
 
-pytestmark = pytest.mark.db
-
 NOW = datetime(2026, 11, 29, 17, 0, tzinfo=UTC)
 HOUR = NOW - timedelta(hours=3)
 US_PER_S = 1_000_000
