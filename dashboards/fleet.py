@@ -58,7 +58,7 @@ def _stats() -> list[PanelBuilder]:
                    "effective only if the next checkpoint lands.",
                    [promql(f"sum(ett_at_risk_gpu_seconds{{{SEL}}}) / 3600", instant=True)],
                    GPU_HOURS),
-        stat_panel("Jobs running", "Jobs whose last attempt is open.",
+        stat_panel("Jobs running", "Jobs whose last attempt is running.",
                    [promql(f"sum(ett_jobs_running{{{SEL}}})", instant=True)], "none"),
     ]
 

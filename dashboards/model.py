@@ -96,7 +96,7 @@ def _stats() -> list[PanelBuilder]:
         stat_panel("At-risk GPU-hours", "Training of $model after its latest durable checkpoint.",
                    [promql(f"sum(ett_at_risk_gpu_seconds{{{M}}}) / 3600", instant=True)],
                    GPU_HOURS),
-        stat_panel("Jobs running", "Jobs of $model whose last attempt is open.",
+        stat_panel("Jobs running", "Jobs of $model whose last attempt is running.",
                    [promql(f"sum(ett_jobs_running{{{M}}})", instant=True)], "none"),
         stat_panel("Failures over the range", "Interrupted attempts of $model, all causes.",
                    [promql(f"sum(increase(ett_failures_total{{{M}}}[$__range]))", instant=True)],

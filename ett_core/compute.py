@@ -191,7 +191,7 @@ def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment
     return AttemptResult(
         attempt=frame.attempt,
         allocated_at_us=frame.start_us,
-        released_at_us=None if frame.is_open else frame.end_us,
+        released_at_us=None if frame.is_running else frame.end_us,
         gpus=frame.gpus,
         end_cause=frame.end_cause,
         held_us=frame.held_us,

@@ -1,4 +1,4 @@
-"""Events: the engine's input record, its deterministic order and de-duplication.
+"""Events: the core's input record, its deterministic order and de-duplication.
 
 Order is event time, never arrival: a late or re-delivered batch must give exactly the
 result an in-order stream gives (the peer tool that ordered by arrival mistook duplicate
@@ -52,7 +52,7 @@ TYPE_RANK = {
 _UNKNOWN_TYPE_RANK = len(TYPE_RANK)
 
 
-# The only event types whose attrs the engine reads in full (failure cause, release reason,
+# The only event types whose attrs the core reads in full (failure cause, release reason,
 # background phases, checkpoint snapshot_ts, the scheduler's source). Of every other type
 # it reads only the step counter of rank 0 (ett_core.stalls.STEP_ATTR): a loader may leave
 # out the rest, such as the loss on each heartbeat, and the result cannot change

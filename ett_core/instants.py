@@ -22,7 +22,7 @@ MAX_TS_US = (datetime(9999, 12, 30, tzinfo=UTC) - _EPOCH) // _ONE_US
 def parse_rfc3339_us(text: str) -> int:
     """Parse an RFC 3339 timestamp with an offset into epoch microseconds.
 
-    Digits beyond microseconds are truncated (the engine's resolution). A timestamp
+    Digits beyond microseconds are truncated (the core's resolution). A timestamp
     without an offset is refused: the wire contract requires one and guessing a zone
     would silently shift a job by hours.
     """

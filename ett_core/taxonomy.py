@@ -32,7 +32,7 @@ LOST_PROGRESS = "lost_progress"
 CHECKPOINT_SAVE = "checkpoint_save"
 STALLED = "stalled"
 UNASSIGNED_TEAM = "unassigned"
-# Derived phase names the engine writes itself; a trainer reporting them would make
+# Derived phase names the core writes itself; a trainer reporting them would make
 # reported and derived time indistinguishable.
 # The scheduler's silent tail (ett_core.scheduler) is one too.
 UNREPORTED = "unreported"

@@ -106,7 +106,7 @@ def test_impact_of_a_faster_recovery_by_label(api, agg, db_engine) -> None:
     # mean TTR 44 -> 40 min; mean TTS 20 min on both sides: the ratio's denominator is 0
     assert (b["mean_ttr_seconds"], c["mean_ttr_seconds"]) == (44 * MIN, 40 * MIN)
     assert doc["ttr_to_tts_reduction"] is None
-    # The SQL sums equal the engine's figures summed in Python for the same jobs.
+    # The SQL sums equal the core's figures summed in Python for the same jobs.
     comps = {}
     with db_engine.connect() as conn:
         for job in ("base-1", "opt-1", "opt-run"):

@@ -1,7 +1,7 @@
 """Checkpoint advice read back: a model's (or every model's) attempts in a window, summed.
 
 The sums come from `checkpoint_attempts` (written with each job's results); the formulas
-are the engine's (ett_core.checkpoint_advice). The answers are plain dicts, so the API,
+are the core's (ett_core.checkpoint_advice). The answers are plain dicts, so the API,
 the CLI and the console render the same thing. Never commits.
 """
 

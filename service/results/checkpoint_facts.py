@@ -2,7 +2,7 @@
 
 Called by the aggregator inside the transaction that replaces the job's other rows, so the
 facts advice reads always belong to the results the rest of the service shows. Rows go in
-by COPY, like the job's other rows: a pass rewrites every open job's facts. Never commits.
+by COPY, like the job's other rows: a pass rewrites every running job's facts. Never commits.
 """
 
 from __future__ import annotations

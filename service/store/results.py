@@ -33,13 +33,13 @@ FleetKey = tuple[int, str, str, str, str, str]  # hour_us, model, team, componen
 TotalKey = tuple[str, str, str, str]  # model, team, component, owner
 
 
-def dirty_candidates(conn: Connection) -> dict[str, datetime]:
+def queued_jobs(conn: Connection) -> dict[str, datetime]:
     """Jobs with unprocessed events, with the time their oldest mark was queued."""
     rows = conn.execute(text("SELECT job_id, min(marked_at) FROM dirty_jobs GROUP BY job_id"))
     return {job_id: marked for job_id, marked in rows}
 
 
-def open_jobs(conn: Connection) -> list[str]:
+def running_jobs(conn: Connection) -> list[str]:
     """Jobs whose result depends on `now` (running attempts, pending heartbeat timeouts)."""
     return [r[0] for r in conn.execute(text("SELECT job_id FROM jobs WHERE open"))]
 
@@ -98,7 +98,7 @@ def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:
     return [job for job, locked in rows if locked]
 
 
-def dirty_seqs(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]]:
+def queue_rows(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]]:
     """The queue rows this pass consumes, read *before* the events.
 
     Every row visible now belongs to a committed batch whose events the next statement
@@ -112,8 +112,8 @@ def dirty_seqs(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]
 
 
 _JOB_ID = itemgetter(2)
-# Attrs only where the engine reads them: most events are heartbeats, whose only attr the
-# engine reads is the step counter (rank 0's), so the rest of their attrs is never decoded.
+# Attrs only where the core reads them: most events are heartbeats, whose only attr the
+# core reads is the step counter (rank 0's), so the rest of their attrs is never decoded.
 _LOAD_EVENTS = f"""
     SELECT event_id::text, (extract(epoch FROM ts) * 1000000)::bigint, job_id, attempt,
            model, type, phase, gpus, team, rank,
@@ -364,6 +364,6 @@ def requeue(conn: Connection, job_ids: Sequence[str]) -> None:
                      {"j": sorted(job_ids)})
 
 
-def consume_dirty(conn: Connection, seqs: Sequence[int]) -> None:
+def consume_queue_rows(conn: Connection, seqs: Sequence[int]) -> None:
     if seqs:
         conn.execute(text("DELETE FROM dirty_jobs WHERE seq = ANY(:s)"), {"s": list(seqs)})

@@ -109,7 +109,7 @@ attempts = Table(
     PrimaryKeyConstraint("job_id", "attempt"),
 )
 
-# The engine's segments, clipped at hour boundaries so that a window edge reads one hour
+# The core's segments, clipped at hour boundaries so that a window edge reads one hour
 # of one index instead of every segment that ends after it.
 segments = Table(
     "segments",

@@ -40,7 +40,7 @@ def event_id(trace_id: str, span_id: str, role: str, job_id: Any, attempt: Any) 
 
 
 def rfc3339(unix_ns: int) -> str:
-    # Whole microseconds: the wire's (and the engine's) resolution.
+    # Whole microseconds: the wire's (and the core's) resolution.
     return us_to_dt(unix_ns // 1000).isoformat()
 
 

@@ -245,7 +245,7 @@ def test_sign_in_when_the_token_store_cannot_answer_is_a_503_with_a_message() ->
     from service.store.engine import make_engine
     from tests.conftest import free_port
 
-    # A real engine on a port where no PostgreSQL listens: the token store cannot tell.
+    # A real SQLAlchemy engine on a port where no PostgreSQL listens: the token store cannot tell.
     dead = make_engine(f"postgresql+psycopg://ett@127.0.0.1:{free_port()}/ett", pool_size=1)
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
     ctx = AppContext(settings=settings, engine=dead, auth=Authenticator(ADMIN_TOKEN))

@@ -127,7 +127,7 @@ def test_time_after_the_last_news_of_an_open_attempt_is_unsettled():
         ("launcher_init", False, 5),
     ]
     assert result.result.at_risk_us == 0
-    # Never reached training: the whole open attempt is startup, i.e. TTS.
+    # Never reached training: the whole running attempt is startup, i.e. TTS.
     assert minutes(result.result.level1.tts_us) == 9
 
 

@@ -34,7 +34,7 @@ class Entry:
     rows: JobRows
 
 
-class OpenJobCache:
+class RunningJobCache:
     def __init__(self, max_events: int) -> None:
         self.max_events = max_events
         self._entries: dict[str, Entry] = {}
