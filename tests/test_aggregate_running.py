@@ -1,7 +1,7 @@
 """Passes over running jobs: the cached events and the partial rewrites of
 `service.aggregation.running_job_cache` and `store.results.update_jobs` must store exactly
-what a full recompute from nothing stores, and the model-sharded recompute of `service.aggregation.recompute`
-exactly what one process does."""
+what a full recompute from nothing stores, and the model-sharded recompute of
+`service.aggregation.recompute` exactly what one process does."""
 
 from __future__ import annotations
 
