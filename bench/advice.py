@@ -69,7 +69,7 @@ def _write_cost(engine: Any, now: datetime) -> tuple[float, int]:
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     from ett_core import Taxonomy
     from service.aggregate import Aggregator
-    from service.results.advice import checkpoint_advice, fleet_checkpoint_advice
+    from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
     from service.store.engine import make_engine
 
     models, days = (20, 1) if quick else (500, 1)

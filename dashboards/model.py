@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from .checkpoint_panels import model_panel as checkpoint_advice_panel
+from .checkpoint_advice_panels import model_panel as checkpoint_advice_panel
 from .common import (
     GPU_HOURS,
     RATIO,

@@ -1,4 +1,4 @@
-"""Checkpoint advice (docs/checkpoints.md): a thin router over service.results.advice."""
+"""Checkpoint advice (docs/checkpoints.md): a thin router over service.results.checkpoint_advice."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from service.access.auth import Authenticator
 from service.errors import Unprocessable
-from service.results.advice import checkpoint_advice
+from service.results.checkpoint_advice import checkpoint_advice
 
 from .read_routes import parse_window
 

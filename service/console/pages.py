@@ -2,7 +2,7 @@
 returns the template's figures from the read functions the API uses.
 
 Adding a page is one builder and one template, then one `Page` in `PAGES`. The
-checkpoint-advice panel and page show the plain dicts of `service.results.advice`, and
+checkpoint-advice panel and page show the plain dicts of `service.results.checkpoint_advice`, and
 the impact page those of `service.results.impact` (console/impact.py), unchanged, so
 their figures are the endpoints' and the CLI's.
 """
@@ -21,7 +21,7 @@ from ett_core.taxonomy import COMPONENTS
 from service.api.read_routes import ett_window, models_overview, team_bill
 from service.errors import NotFound, Unprocessable
 from service.results import jobs as job_reads
-from service.results.advice import checkpoint_advice, fleet_checkpoint_advice
+from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
 from service.results.series import component_series
 from service.slo.burn import team_burns
 from service.slo.load import load_slo_spec

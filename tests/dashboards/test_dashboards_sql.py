@@ -178,7 +178,7 @@ def test_level1_terms_add_up_to_held_gpu_hours(db_engine: Engine) -> None:
                                    "Checkpoint advice: largest projected savings"])
 def test_checkpoint_advice_panels_agree_with_the_service_advice(api, db_engine: Engine,
                                                                 title: str) -> None:
-    from service.results.advice import checkpoint_advice
+    from service.results.checkpoint_advice import checkpoint_advice
     from tests.factories import interrupted_job
 
     for k in range(3):
