@@ -1,4 +1,4 @@
-"""The token store: role-scoped API tokens, kept hashed in PostgreSQL (issue 9).
+"""The token store: role-scoped API tokens, kept hashed in PostgreSQL.
 
 A token is `ett_<token_id>_<secret>`: the id (also the row's key, shown by `ett tokens
 list`) and 256 random bits. Only SHA-256 of the whole token is stored. A slow password hash

@@ -1,6 +1,6 @@
 """Quarantined jobs: those whose computation or storage failed in an aggregation pass.
 
-A failed job no longer fails the pass (it once stopped every job's results). It is written
+A failed job never fails the pass: the other jobs' results are stored. It is written
 here with its error and the newest queue row it consumed; passes leave it out until a queue
 row with a higher seq shows that its events changed, and a pass that then stores it takes
 it out again. Every statement runs in the caller's transaction.

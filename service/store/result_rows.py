@@ -1,7 +1,7 @@
 """A job's computation as the rows stored for it, formatted as COPY text.
 
-Rows go in by COPY: the JSON documents unpacked by json_to_recordset that this replaced
-cost more on both sides (docs/performance.md). Job ids are names validated at ingest (no
+Rows go in by COPY, the cheapest way in on both sides (JSON documents unpacked by
+json_to_recordset cost more; docs/performance.md). Job ids are names validated at ingest (no
 tab, newline or backslash); labels can come from the taxonomy file, so they are escaped.
 
 Keeping a job's rows as values (`JobRows`) also lets a pass compare them with what it
