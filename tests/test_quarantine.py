@@ -1,4 +1,4 @@
-"""Isolation (issue 15, defect 1): a job whose computation or storage fails is quarantined,
+"""Isolation: a job whose computation or storage fails is quarantined,
 and every other job of the pass still gets its results."""
 
 from __future__ import annotations

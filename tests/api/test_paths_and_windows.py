@@ -1,5 +1,5 @@
 """Every job_id the contract allows is readable, and every window the parser accepts is
-answered 200 or 422, never 500 (issue 15, defects 4 and 5)."""
+answered 200 or 422, never 500."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def test_an_annotation_links_to_the_week_before_against_the_week_after(
 
 
 def test_the_changes_listed_come_a_page_at_a_time(api: TestClient, browser: TestClient) -> None:
-    # Issue 26, defect 9: 2,000 posts once made this page 22 MB for every user.
+    # Unpaged, 2,000 posts would make this page 22 MB for every user.
     from service.console.impact import NOTES_PAGE
 
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=20)

@@ -1,4 +1,4 @@
-"""Bounds, reserved names and strict RFC 3339 (issue 15: defects 1 and 8).
+"""Bounds, reserved names and strict RFC 3339.
 
 Every integer field has an upper bound chosen so that no stored sum overflows
 (docs/model.md, "Bounds"); the fast path of `validate_batch` agrees with `validate_event`.
