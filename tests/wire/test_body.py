@@ -1,4 +1,5 @@
-"""The shared body reader: Content-Type, Content-Encoding with a decompressed-size limit, and the body deadline."""
+"""The shared body reader: Content-Type, Content-Encoding with a decompressed-size limit,
+and the body deadline."""
 
 from __future__ import annotations
 
