@@ -214,3 +214,12 @@ def api(app_context: object) -> Iterator[object]:
     with TestClient(create_app(app_context)) as client:  # type: ignore[arg-type]
         client.headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"
         yield client
+
+
+@pytest.fixture
+def agg(app_context: object) -> object:
+    """The app's aggregator, its clock fixed at `tests.factories.NOW` (after every event)."""
+    from tests.factories import fixed
+
+    app_context.aggregator.clock = fixed()  # type: ignore[attr-defined]
+    return app_context.aggregator  # type: ignore[attr-defined]

@@ -14,8 +14,7 @@ from ett_core import Taxonomy
 from service.aggregate import Aggregator, model_share
 from service.aggregation.recompute import recompute_all
 from service.settings import Settings
-from tests.factories import BASE, event
-from tests.test_aggregate import demo_events, fixed, post_all, results_state, wipe_results
+from tests.factories import BASE, demo_events, event, fixed, post_all, results_state, wipe_results
 
 HOURS = 30
 CUT = BASE + timedelta(hours=HOURS)  # the demo fleet's last event; jobs are mid-run here

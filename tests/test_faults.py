@@ -31,7 +31,7 @@ from service.aggregate import Aggregator
 from service.store.embedded import EmbeddedPostgres
 from service.store.engine import make_engine
 from tests.conftest import REPO, ServiceProcess, create_database
-from tests.test_aggregate import demo_events, fixed, post_all, results_state, wipe_results
+from tests.factories import demo_events, post_all, results_state, wipe_results
 
 pytestmark = pytest.mark.slow
 
@@ -261,12 +261,6 @@ def aggregators() -> Iterator[list[subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-@pytest.fixture
-def agg(app_context):
-    app_context.aggregator.clock = fixed()
-    return app_context.aggregator
 
 
 def test_aggregator_loops_killed_repeatedly_while_events_arrive_equal_an_undisturbed_run(

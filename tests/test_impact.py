@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
@@ -12,18 +12,10 @@ from ett_core.impact import cohort_of, impact, job_impact
 from service.access import tokens
 from service.results import impact as results
 from service.store.results import load_events
-from tests.factories import BASE, event, spec_example, ts
-from tests.test_aggregate import fixed, post_all
+from tests.factories import BASE, NOW, event, post_all, spec_example, ts
 
 MIN = 60.0
 WINDOW = {"baseline_start": "2026-10-31T00:00:00Z", "baseline_end": "2026-11-21T00:00:00Z"}
-NOW = datetime(2026, 11, 20, tzinfo=UTC)
-
-
-@pytest.fixture
-def agg(app_context):
-    app_context.aggregator.clock = fixed(NOW)
-    return app_context.aggregator
 
 
 def labelled(events: list[dict], **labels: str) -> list[dict]:

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 
 from tests.access.test_access import client, make_client, post, taxonomy_file, token
-from tests.factories import BASE, event
-from tests.test_aggregate import fixed, post_all
+from tests.factories import BASE, event, fixed, post_all
 
 __all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 

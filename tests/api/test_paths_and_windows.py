@@ -11,14 +11,6 @@ from hypothesis import strategies as st
 
 from tests.factories import spec_example
 
-NOW = datetime(2026, 11, 20, tzinfo=UTC)
-
-
-@pytest.fixture
-def agg(app_context):
-    app_context.aggregator.clock = lambda: NOW
-    return app_context.aggregator
-
 
 @pytest.mark.parametrize("job_id", ["a/b/c", "team/run:7/attempt-2", "/lead", "trail/"])
 def test_a_job_id_with_slashes_is_readable_as_is_and_percent_encoded(api, agg,
