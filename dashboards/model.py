@@ -25,7 +25,7 @@ from .common import (
     team_variable,
     timeseries_panel,
 )
-from .fleet import ETT_THRESHOLDS, TOTAL_US
+from .fleet import ETT_THRESHOLDS, TOTAL_US, ett_per_interval
 
 UID = "ett-model"
 
@@ -159,14 +159,8 @@ def _history() -> list[PanelBuilder]:
             "ETT% (PostgreSQL, any range)",
             "ETT of $model per interval from the hourly rollups; works past Prometheus "
             "retention.",
-            [sql(f"""
-                SELECT $__timeGroupAlias(hour, $__interval),
-                       sum({TOTAL_US}) FILTER (WHERE component = 'effective_training')::float8
-                         / NULLIF(sum({TOTAL_US}), 0) AS "ETT"
-                FROM fleet_hourly
-                WHERE $__timeFilter(hour) AND model = '$model'
-                GROUP BY 1
-                ORDER BY 1""", fmt="time_series")],
+            [sql(ett_per_interval("$__timeFilter(hour) AND model = '$model'"),
+                 fmt="time_series")],
             RATIO, ds=SQL, min_val=0, max_val=1, min_interval="1h"),
         bargauge_panel(
             "Level-1 terms (GPU-hours)",
