@@ -162,20 +162,18 @@ def test_annotations_roles_listing_and_impact_around(api, db_engine, agg) -> Non
                                           "tags": ["compile"], "models": ["ads_*"]})
     assert r.status_code == 201
     note = r.json()["id"]
-    if True:
-        other = api
-        w = other.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
-                       json={"ts": "2026-11-02T00:00:00Z", "title": "async ckpt"})
-        assert w.status_code == 201
-        denied = other.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
-                            json={"title": "x", "team": "search"})
-        assert denied.status_code == 403 and "only for team 'ads'" in denied.json()["detail"]
-        ro = other.post("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
-                        json={"title": "x"})
-        assert ro.status_code == 403
-        listed = other.get("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
-                           params={"start": "2026-10-31T00:00:00Z",
-                                   "end": "2026-11-21T00:00:00Z", "team": "ads"}).json()
+    w = api.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
+                 json={"ts": "2026-11-02T00:00:00Z", "title": "async ckpt"})
+    assert w.status_code == 201
+    denied = api.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
+                      json={"title": "x", "team": "search"})
+    assert denied.status_code == 403 and "only for team 'ads'" in denied.json()["detail"]
+    ro = api.post("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
+                  json={"title": "x"})
+    assert ro.status_code == 403
+    listed = api.get("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
+                     params={"start": "2026-10-31T00:00:00Z",
+                             "end": "2026-11-21T00:00:00Z", "team": "ads"}).json()
     titles = [(a["title"], a["team"]) for a in listed["annotations"]]
     assert titles == [("pt2 cache", None), ("async ckpt", "ads")]
     bad = api.post("/v1/annotations", json={"title": ""})
