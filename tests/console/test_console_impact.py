@@ -7,14 +7,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from ett_core.impact import OVERHEAD_TERMS
 from ett_core.taxonomy import COMPONENTS
 from service.demo import paired
 from tests.console.console_helpers import Figures, as_number, post_all
-from tests.console.test_console_pages import sign_in
 
 SUMMARY = {"delta_ett_pp": ("delta_ett_pp",), "total_gpu_seconds": ("savings", "total_gpu_seconds"),
            "recovery_share": ("recovery_share",), "startup_direct": ("startup_credit", "direct"),
@@ -22,13 +20,6 @@ SUMMARY = {"delta_ett_pp": ("delta_ett_pp",), "total_gpu_seconds": ("savings", "
            "ttr_to_tts_reduction": ("ttr_to_tts_reduction",)}
 COHORT = ("jobs", "running_excluded", "held_gpu_seconds", "effective_gpu_seconds", "ett_ratio",
           "nof", "mean_tts_seconds", "mean_ttr_seconds")
-
-
-@pytest.fixture
-def browser(api: TestClient) -> TestClient:
-    client = TestClient(api.app)
-    assert sign_in(client).status_code == 303
-    return client
 
 
 def _dig(doc: dict[str, Any], path: tuple[str, ...]) -> Any:

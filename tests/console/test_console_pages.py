@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,23 +13,10 @@ from service.aggregate import build_aggregator
 from service.api.app import AppContext, create_app
 from service.settings import Settings
 from tests.conftest import ADMIN_TOKEN
-from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all
+from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all, sign_in
 from tests.factories import event, spec_example
 
 PAGES = ("/ui/", "/ui/teams/ads", "/ui/models/model-a", "/ui/jobs/job-1", "/ui/search?job_id=x")
-
-
-def sign_in(client: TestClient, token: str = ADMIN_TOKEN) -> Any:
-    return client.post("/ui/login", data={"token": token, "next": "/ui/"},
-                       follow_redirects=False)
-
-
-@pytest.fixture
-def browser(api: TestClient) -> TestClient:
-    """The same app as `api`, signed in to the console with a cookie (and no bearer)."""
-    client = TestClient(api.app)
-    assert sign_in(client).status_code == 303
-    return client
 
 
 def test_root_redirects_to_the_console(api: TestClient) -> None:

@@ -9,10 +9,7 @@ from datetime import UTC, datetime, timedelta
 from fastapi.testclient import TestClient
 
 from tests.console.console_helpers import Figures, as_number, post_all
-from tests.console.test_console_pages import browser
 from tests.factories import event, ts
-
-__all__ = ["browser"]  # the fixture, shared
 
 
 def test_the_scheduler_span_and_its_gaps_are_drawn(api: TestClient, browser: TestClient) -> None:
