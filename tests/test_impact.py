@@ -12,30 +12,10 @@ from ett_core.impact import cohort_of, impact, job_impact
 from service.access import tokens
 from service.results import impact as results
 from service.store.results import load_events
-from tests.factories import BASE, NOW, event, post_all, spec_example, ts
+from tests.factories import NOW, event, faster_recovery, labelled, post_all, spec_example
 
 MIN = 60.0
 WINDOW = {"baseline_start": "2026-10-31T00:00:00Z", "baseline_end": "2026-11-21T00:00:00Z"}
-
-
-def labelled(events: list[dict], **labels: str) -> list[dict]:
-    for e in events:
-        if e["type"] == "allocated":
-            e["attrs"] = {"labels": labels}
-    return events
-
-
-def faster_recovery(job_id: str, hours_later: int = 0) -> list[dict]:
-    """The worked example with the restart's compilation cut from 5 to 1 minute (93-94);
-    training then runs 94-158, so effective = 30 + 64 = 94 min of 160 held."""
-    out = []
-    base = BASE + timedelta(hours=hours_later)
-    for e in spec_example(job_id, base=base):
-        if e.get("attempt") == 1 and e.get("phase") in ("compilation", "training") and (
-                e["ts"] == ts(98, base)):
-            e["ts"] = ts(94, base)
-        out.append(e)
-    return out
 
 
 def running_job(job_id: str) -> list[dict]:
