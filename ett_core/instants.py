@@ -80,5 +80,5 @@ def dt_to_us(ts: datetime) -> int:
     return (ts - _EPOCH) // _ONE_US
 
 
-def us_to_seconds(duration_us: int) -> float:
+def us_to_seconds(duration_us: float) -> float:
     return duration_us / US_PER_SECOND
