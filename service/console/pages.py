@@ -198,6 +198,6 @@ PAGES: tuple[Page, ...] = (
     Page("Team", "/teams/{team}", "team.html", team),
     Page("Model", "/models/{model}", "model.html", model),
     Page("Job", "/jobs/{job_id}", "job.html", job),
-    Page("Checkpoint advice", "/checkpoints", "checkpoints.html", checkpoints, nav=True),
+    Page("Checkpoint advice", "/checkpoints", "checkpoint_advice.html", checkpoints, nav=True),
     Page("Impact", "/impact", "impact.html", impact, nav=True),
 )
