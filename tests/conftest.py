@@ -223,3 +223,56 @@ def agg(app_context: object) -> object:
 
     app_context.aggregator.clock = fixed()  # type: ignore[attr-defined]
     return app_context.aggregator  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def taxonomy_file(tmp_path: Path) -> Path:
+    """The default taxonomy plus an ownership entry: ads_ctr belongs to team ads."""
+    import yaml
+
+    from service.taxonomy import DEFAULT_TAXONOMY_PATH
+
+    data = yaml.safe_load(DEFAULT_TAXONOMY_PATH.read_text())
+    data["models"] = {"ads_ctr": "ads", "ads_shared": "ads-platform"}
+    path = tmp_path / "taxonomy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def make_client(db_engine: Engine) -> Iterator[object]:
+    """Clients of apps made with the settings given (`make_client(token_cache_ttl_s=0.5)`);
+    `token_clock` puts the app's token store on a clock the test moves."""
+    from fastapi.testclient import TestClient
+
+    from service.access import tokens
+    from service.access.auth import Authenticator
+    from service.api.app import AppContext, create_app
+    from service.settings import Settings
+
+    clients: list[TestClient] = []
+
+    def make(token_clock: object | None = None, **overrides: object) -> TestClient:
+        settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
+                            **overrides)  # type: ignore[arg-type]
+        auth, store = Authenticator(ADMIN_TOKEN), None
+        if token_clock is not None:
+            store = tokens.TokenStore(db_engine, cache_ttl_s=settings.token_cache_ttl_s,
+                                      last_used_flush_s=settings.token_last_used_flush_s,
+                                      clock=token_clock)  # type: ignore[arg-type]
+            auth = auth.with_lookup(store.lookup, peek=store.peek)
+        ctx = AppContext(settings=settings, engine=db_engine, auth=auth, token_store=store)
+        client = TestClient(create_app(ctx))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client, taxonomy_file: Path) -> object:
+    """A client of an app on the test taxonomy (`taxonomy_file`), no token attached."""
+    return make_client(taxonomy=taxonomy_file)

@@ -7,10 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from tests.access.test_access import client, make_client, post, taxonomy_file, token
+from tests.access.access_helpers import post, token
 from tests.factories import BASE, event, fixed, post_all
-
-__all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
 MAX_GPUS = 2 ** 20
 

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -16,75 +12,9 @@ from service.access import tokens
 from service.access.auth import Authenticator
 from service.api.app import AppContext, create_app
 from service.settings import Settings
-from service.taxonomy import DEFAULT_TAXONOMY_PATH
-from tests import factories
+from tests.access.access_helpers import auth, event, post, stored_models, token
 from tests.conftest import ADMIN_TOKEN
 from tests.factories import FakeClock
-
-# Writers may send only events within the ingest window (7 days).
-RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
-
-
-def event(type_: str, minutes: float, **fields: Any) -> dict[str, Any]:
-    return factories.event(type_, minutes, **{"base": RECENT, **fields})
-
-
-@pytest.fixture
-def taxonomy_file(tmp_path: Path) -> Path:
-    """The default taxonomy plus an ownership entry: ads_ctr belongs to team ads."""
-    data = yaml.safe_load(DEFAULT_TAXONOMY_PATH.read_text())
-    data["models"] = {"ads_ctr": "ads", "ads_shared": "ads-platform"}
-    path = tmp_path / "taxonomy.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-@pytest.fixture
-def make_client(db_engine) -> Iterator[object]:
-    clients: list[TestClient] = []
-
-    def make(token_clock: FakeClock | None = None, **overrides: object) -> TestClient:
-        settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
-                            **overrides)  # type: ignore[arg-type]
-        auth, store = Authenticator(ADMIN_TOKEN), None
-        if token_clock is not None:  # the app's token store, on a clock the test moves
-            store = tokens.TokenStore(db_engine, cache_ttl_s=settings.token_cache_ttl_s,
-                                      last_used_flush_s=settings.token_last_used_flush_s,
-                                      clock=token_clock)
-            auth = auth.with_lookup(store.lookup, peek=store.peek)
-        ctx = AppContext(settings=settings, engine=db_engine, auth=auth, token_store=store)
-        client = TestClient(create_app(ctx))
-        client.__enter__()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
-
-
-@pytest.fixture
-def client(make_client, taxonomy_file):
-    return make_client(taxonomy=taxonomy_file)
-
-
-def token(engine, role: str, team: str | None = None, patterns: tuple[str, ...] = ()) -> dict:
-    with engine.begin() as conn:
-        info, secret = tokens.create_token(conn, role, team, patterns)
-    return {"Authorization": f"Bearer {secret}", "id": info.token_id}
-
-
-def auth(headers: dict) -> dict:
-    return {"Authorization": headers["Authorization"]}
-
-
-def stored_models(engine) -> list[str]:
-    with engine.connect() as conn:
-        return [r[0] for r in conn.execute(text("SELECT model FROM events ORDER BY model"))]
-
-
-def post(client, headers, events):
-    return client.post("/v1/events", json={"events": events}, headers=auth(headers))
 
 
 def test_a_writer_may_post_events_for_the_models_it_matches(client, db_engine) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from ett_core import Taxonomy
 from service.aggregate import Aggregator
 from tests import factories
-from tests.access.test_access import auth, client, make_client, post, taxonomy_file, token
+from tests.access.access_helpers import auth, post, token
 
 # Writers may send only events within the ingest window (7 days).
 RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
@@ -26,7 +26,6 @@ def event(type_: str, minutes: float, **fields: Any) -> dict[str, Any]:
 def spec_example(**fields: Any) -> list[dict[str, Any]]:
     return factories.spec_example(base=RECENT, **fields)
 
-__all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
 
 def job_models(engine, job_id: str) -> list[tuple[str, str | None]]:

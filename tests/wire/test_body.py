@@ -11,7 +11,7 @@ import zlib
 import orjson
 import pytest
 
-from tests.access.test_access import token
+from tests.access.access_helpers import token
 from tests.factories import event
 
 
