@@ -106,8 +106,7 @@ class Postgres:
         self._embedded: Any = None
 
     def start(self) -> None:
-        from service.store.embedded import EmbeddedPostgres
-        from service.store.engine import normalize_url
+        from service.store.engine import EmbeddedPostgres, normalize_url
 
         url = os.environ.get("ETT_BENCH_DATABASE_URL")
         if url:

@@ -10,7 +10,7 @@ so two aggregators cannot deadlock or double-count (docs/operations.md).
 
 One job whose computation or storage fails never fails the pass: its chunk is stored again
 one job at a time, each in its own savepoint, and the job that fails is quarantined
-(`service/results/quarantine.py`) until its events change.
+(`service/store/state.py`) until its events change.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from ett_core import Event, JobComputation, Taxonomy, compute_job
 from ett_core.instants import dt_to_us
 from service.aggregation.running_job_cache import RunningJobCache
-from service.results import impact, quarantine
-from service.results.checkpoint_facts import replace_checkpoint_facts
 from service.settings import Settings
+from service.store import impact, state
 from service.store import results as store
 from service.store.result_rows import RowFormatter
 from service.taxonomy import taxonomy_from
@@ -69,16 +68,6 @@ class PassReport:
             "jobs_quarantined": self.jobs_quarantined,
             "lag_seconds": self.lag_seconds,
         }
-
-
-# For each chunk's transaction:
-# - everything it writes is derived from events, and it consumes its queue rows: if a
-#   database crash loses it after commit, the rows come back and the next pass redoes it,
-#   so the commit need not wait for the WAL flush;
-# - its reads are small index scans, and passes already run side by side (--workers): a
-#   parallel plan only adds worker processes to start (the event load chose one).
-_CHUNK_SETTINGS = ("SELECT set_config('synchronous_commit', 'off', true),"
-                   " set_config('max_parallel_workers_per_gather', '0', true)")
 
 
 @contextmanager
@@ -172,7 +161,7 @@ class Aggregator:
                 # A quarantined job waits for new events: recomputed unchanged, it would
                 # fail the same way every pass. A new process may run fixed code, so its
                 # first pass retries them all once.
-                held = quarantine.held_back(conn)
+                held = state.held_back(conn)
                 retry: set[str] = set()
                 if not self._quarantine_retried:
                     retry, held = held, set()
@@ -202,7 +191,7 @@ class Aggregator:
                 if progress is not None:
                     progress(done, max(total, done) if total else 0)
             with self.engine.connect() as conn:
-                report.jobs_quarantined = quarantine.count(conn)
+                report.jobs_quarantined = state.quarantined_count(conn)
             report.finished_at = self.clock()
             self.last_report = report
             self.last_success_at = report.finished_at
@@ -251,7 +240,7 @@ class Aggregator:
                    remember: bool = True) -> None:
         now_us = dt_to_us(now)
         with self.engine.begin() as conn:
-            conn.exec_driver_sql(_CHUNK_SETTINGS)
+            store.set_chunk_settings(conn)
             locked = store.try_lock_jobs(conn, job_ids)
             report.jobs_skipped_locked += len(job_ids) - len(locked)
             if not locked:
@@ -314,9 +303,9 @@ class Aggregator:
                 last_seq[job] = max(seq, last_seq.get(job, 0))
             # Its queue rows are consumed too: quarantine, not the queue, brings it back,
             # once a newer queue row (new events) shows up.
-            quarantine.quarantine(conn, [(j, e, last_seq.get(j, 0)) for j, e in failed.items()],
-                                  now)
-            quarantine.release(conn, [j for j in locked if j not in failed])
+            state.quarantine(conn, [(j, e, last_seq.get(j, 0)) for j, e in failed.items()],
+                             now)
+            state.release(conn, [j for j in locked if j not in failed])
             store.consume_queue_rows(conn, [seq for _job, seq in seqs])
             store.requeue(conn, deferred)  # read again once their future events are due
             computed = [(j, c) for j, c in computed if j not in failed]
@@ -343,7 +332,7 @@ class Aggregator:
         store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
         store.update_jobs(conn, updated, formatter, deltas)
         store.apply_deltas(conn, deltas)
-        replace_checkpoint_facts(conn, jobs, comps)
+        store.replace_checkpoint_facts(conn, jobs, comps)
         impact.replace_job_impact(conn, jobs, comps)
 
     def run_loop(self, interval_s: float, stop: threading.Event) -> None:

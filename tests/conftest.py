@@ -26,8 +26,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from service.store import migrate
-from service.store.embedded import EmbeddedPostgres
-from service.store.engine import make_engine, normalize_url
+from service.store.engine import EmbeddedPostgres, make_engine, normalize_url
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "test-admin-token"

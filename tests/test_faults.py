@@ -28,8 +28,7 @@ from sqlalchemy import text
 from ett_core import Taxonomy
 from service.access import tokens
 from service.aggregate import Aggregator
-from service.store.embedded import EmbeddedPostgres
-from service.store.engine import make_engine
+from service.store.engine import EmbeddedPostgres, make_engine
 from tests.conftest import REPO, ServiceProcess, create_database
 from tests.factories import demo_events, post_all, results_state, wipe_results
 

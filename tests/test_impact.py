@@ -10,7 +10,7 @@ from sqlalchemy import text
 from ett_core import Taxonomy, compute_job
 from ett_core.impact import cohort_of, impact, job_impact
 from service.access import tokens
-from service.results import impact as results
+from service.store.impact import glob_to_like
 from service.store.results import load_events
 from tests.factories import NOW, event, faster_recovery, labelled, post_all, spec_example
 
@@ -169,7 +169,7 @@ def test_annotations_roles_listing_and_impact_around(api, db_engine, agg) -> Non
     assert doc["delta_ett_pp"] == pytest.approx(2.5)
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_impact")).scalar_one() == 2
-    assert results.glob_to_like("ads_*") == "ads\\_%"
+    assert glob_to_like("ads_*") == "ads\\_%"
 
 
 def test_the_sdk_checks_labels_by_the_services_rule() -> None:

@@ -7,6 +7,7 @@ and under `TYPE_CHECKING`), so a cycle hidden behind a lazy import still counts.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +31,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.ingest", "service.aggregate", "service.alerts", "service.aggregation",
      "service.metrics", "service.slo", "service.demo", "service.slurm"),
     ("service.access",),
+    ("service.results",),
     ("service.wire",),
-    ("service.store", "service.results", "service.settings", "service.errors",
-     "service.taxonomy", "service"),
+    ("service.store", "service.settings", "service.errors", "service.taxonomy", "service"),
     ("ett_core",),
 )
 FORBIDDEN_NAME_PARTS = ("more", "parts", "misc", "util", "wiring")
@@ -177,3 +178,135 @@ def test_no_module_is_named_for_its_shape_rather_than_its_content() -> None:
 def test_the_three_flow_entry_points_stay_at_the_top_of_service() -> None:
     for face in ("ingest", "aggregate", "alerts"):
         assert (PACKAGES["service"] / f"{face}.py").is_file()
+
+
+# Where SQL may be written: the store, and the token store (the access boundary's own table).
+SQL_ROOMS = ("service.store",)
+SQL_MODULES = ("service.access.tokens",)
+# (module, text the literal starts with): SQL still outside the store, each with its reason.
+SQL_ALLOWED = {
+    # Moves with the ingest store path (one sync/async store core, issue 25's house-wire part).
+    ("service.ingest", "SET LOCAL statement_timeout"),
+}
+# Calls whose first argument is SQL (`text(...)`, `conn.execute(...)`, `exec_driver_sql(...)`).
+SQL_CALLS = ("text", "execute", "exec_driver_sql")
+# A literal that starts like a statement: a verb in capitals, or a verb with its clause in any case.
+SQL_VERB = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|SET|CREATE|ALTER|DROP|TRUNCATE|COPY"
+                      r"|LOCK|VACUUM|ANALYZE)\b")
+SQL_CLAUSE = re.compile(
+    r"\s*(INSERT\s+INTO\b|UPDATE\s+[\w?.\"]+\s+SET\b|DELETE\s+FROM\b|SELECT\s.*\bFROM\b"
+    r"|SET\s+(LOCAL\s+)?[\w.]+\s*(=|TO\b)|(CREATE|ALTER|DROP)\s+(TABLE|INDEX|VIEW)\b)",
+    re.IGNORECASE | re.DOTALL)
+SQL_WORD = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|WHERE|SET|VALUES|JOIN|GROUP BY"
+                      r"|ORDER BY|RETURNING|LIMIT)\b")
+
+
+def _literal_text(node: ast.AST) -> str | None:
+    """The text of a string literal, an f-string (its placeholders as `?`) or a `+` of them."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "?" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _literal_text(node.left), _literal_text(node.right)
+        if left is not None or right is not None:
+            return (left or "?") + (right or "?")
+    return None
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def sql_literals(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string literal in `source` that is SQL.
+
+    A literal is SQL when it is the (first) argument of `text(...)`, `.execute(...)` or
+    `.exec_driver_sql(...)` and holds a SQL word, or when it starts with a SQL verb wherever
+    it stands (a module constant, a concatenation); docstrings are prose and never count.
+    """
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    found: dict[int, str] = {}  # by line: an f-string's parts are literals of their own
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else "")
+            if name in SQL_CALLS:
+                for inner in ast.walk(node.args[0]):
+                    sql = _literal_text(inner)
+                    if sql is not None and (SQL_WORD.search(sql) or SQL_CLAUSE.match(sql)):
+                        found.setdefault(inner.lineno, sql)
+                        break
+        if id(node) in docs:
+            continue
+        sql = _literal_text(node) if isinstance(node, (ast.Constant, ast.JoinedStr)) else None
+        if sql is not None and (SQL_VERB.match(sql) or SQL_CLAUSE.match(sql)):
+            found.setdefault(node.lineno, sql)
+    return sorted(found.items())
+
+
+def test_the_sql_finder_finds_statements_and_passes_prose() -> None:
+    source = '''
+"""Select the jobs from the store and update the cache."""
+from sqlalchemy import text
+
+LOCK = "SELECT pg_try_advisory_lock(:k)"
+SETTINGS = "SET LOCAL work_mem = '64MB'"
+
+
+def reads(conn, table):
+    """Delete from the queue what was read; select the rest."""
+    conn.execute(text("SELECT 1"))
+    conn.execute(text(f"DELETE FROM {table} WHERE id = :i"), {"i": 1})
+    conn.exec_driver_sql("""
+        insert into jobs (job_id) values ('j')
+    """)
+    conn.execute(text("SELECT a " + "FROM b"))
+    message = "Select a window with ?window="
+    return f"update {table} set x = 1", message
+'''
+    found = [line for line, _ in sql_literals(source)]
+    assert found == [5, 6, 11, 12, 13, 16, 18]
+
+
+def test_sql_lives_in_the_store_and_the_token_store_only() -> None:
+    outside = []
+    for name, path in modules().items():
+        if not name.startswith("service.") or name in SQL_MODULES or any(
+                name == room or name.startswith(room + ".") for room in SQL_ROOMS):
+            continue
+        for line, sql in sql_literals(path.read_text(encoding="utf-8")):
+            if not any(name == m and sql.lstrip().startswith(s) for m, s in SQL_ALLOWED):
+                outside.append(f"{path.relative_to(REPO)}:{line}: {' '.join(sql.split())[:60]}")
+    assert outside == []
+
+
+def test_the_sql_allow_list_holds_exactly_what_is_still_there() -> None:
+    held = {(name, start) for name, path in modules().items() for start in
+            (s for m, s in SQL_ALLOWED if m == name)
+            for _, sql in sql_literals(path.read_text(encoding="utf-8"))
+            if sql.lstrip().startswith(start)}
+    assert held == SQL_ALLOWED
+
+
+# Rooms that render answers: they take them from `service.results`, never from the HTTP app.
+RENDERING_ROOMS = ("service.console", "service.cli", "service.metrics")
+# `ett serve` runs the app, so it is the one module outside the app that imports it.
+APP_RUNNERS = ("service.cli.serve",)
+
+
+def test_console_cli_and_metrics_take_answers_from_results_never_from_the_api() -> None:
+    from_api = sorted(
+        f"{module} -> {dep}" for module, deps in import_graph().items()
+        if module.startswith(tuple(r + "." for r in RENDERING_ROOMS) + RENDERING_ROOMS)
+        and module not in APP_RUNNERS
+        for dep in deps if dep == "service.api" or dep.startswith("service.api."))
+    assert from_api == []

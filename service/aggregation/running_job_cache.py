@@ -21,9 +21,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from ett_core import Event
+from service.store import results as store
 from service.store.result_rows import JobRows
 
 
@@ -50,10 +51,8 @@ class RunningJobCache:
         candidates = [j for j in job_ids if j in self._entries]
         if not candidates:
             return {}
-        rows = conn.execute(text("SELECT job_id, computed_at FROM jobs WHERE job_id = ANY(:ids)"),
-                            {"ids": candidates})
         out = {}
-        for job_id, computed_at in rows:
+        for job_id, computed_at in store.computed_at(conn, candidates).items():
             entry = self._entries[job_id]
             if computed_at == entry.written_at:
                 out[job_id] = entry

@@ -27,11 +27,6 @@ def build_router(aggregator: Aggregator, auth: Authenticator) -> APIRouter:
     @router.get("/admin/quarantine", summary="Jobs held out of aggregation, with their errors")
     async def get_quarantine(request: Request) -> dict[str, Any]:
         auth.require_admin(request.headers.get("authorization"))
-
-        def read() -> dict[str, Any]:
-            with aggregator.engine.connect() as conn:
-                return {"count": quarantine.count(conn), "jobs": quarantine.listing(conn)}
-
-        return await run_in_threadpool(read)
+        return await run_in_threadpool(quarantine.quarantine_report, aggregator.engine)
 
     return router

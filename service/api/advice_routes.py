@@ -13,8 +13,7 @@ from sqlalchemy import Engine
 from service.access.auth import Authenticator
 from service.errors import Unprocessable
 from service.results.checkpoint_advice import checkpoint_advice
-
-from .read_routes import parse_window
+from service.results.windows import parse_window
 
 DEFAULT_WINDOW = timedelta(days=30)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.store.engine import ping
 from service.store.migrate import current_revision, head_revision
 
 
@@ -15,7 +16,7 @@ def _readiness(engine: Engine) -> tuple[bool, dict[str, object]]:
     head = head_revision()
     try:
         with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+            ping(conn)
             current = current_revision(conn)
     except SQLAlchemyError as exc:
         return False, {"database": "unreachable", "error": str(exc.__class__.__name__)}

@@ -6,7 +6,6 @@ service.results.impact (which the CLI and the console call too).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -20,11 +19,11 @@ from sqlalchemy import Engine
 from service.access.auth import Authenticator, Principal
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.results import impact as results
+from service.results.impact import page_after, page_cursor
+from service.results.windows import EARLIEST, LATEST, MAX_WINDOW, parse_window
 from service.wire.body import read_body
 from service.wire.event import NAME_RE, WireError, parse_rfc3339
 from service.wire.labels import LabelError, parse_selector
-
-from .read_routes import EARLIEST, LATEST, MAX_WINDOW, parse_window
 
 # A cohort with no bound given on either side: the last 30 days (a month of roll-out).
 DEFAULT_COHORT = timedelta(days=30)
@@ -34,7 +33,6 @@ MAX_LIST = 32
 # GET /v1/annotations pages: (ts, id) order, `next` names where the following page starts.
 PAGE_DEFAULT = 100
 PAGE_MAX = 500
-CURSOR_RE = re.compile(r"([0-9]{1,18})_([0-9]{1,18})")
 Labels = Annotated[list[str], Query()]
 
 
@@ -120,26 +118,6 @@ def _annotation_body(body: Any, who: Principal, now: datetime) -> dict[str, Any]
     for value in (title, text):
         _text("title/text", value)
     return {"ts": ts, "title": title, "body": text, "team": team, **lists}
-
-
-def page_cursor(after: tuple[datetime, int] | None) -> str | None:
-    if after is None:
-        return None
-    return f"{(after[0] - EARLIEST) // timedelta(microseconds=1)}_{after[1]}"
-
-
-def page_after(cursor: str | None, name: str = "cursor") -> tuple[datetime, int] | None:
-    if cursor is None:
-        return None
-    match = CURSOR_RE.fullmatch(cursor)
-    if match is None:
-        raise Unprocessable(f"{name}: give back the `next` of the previous page as is")
-    us, ident = int(match[1]), int(match[2])
-    try:
-        return EARLIEST + timedelta(microseconds=us), ident
-    except OverflowError:
-        raise Unprocessable(f"{name}: give back the `next` of the previous page as is"
-                            ) from None
 
 
 def may_annotate(who: Principal) -> None:

@@ -144,14 +144,13 @@ def _scheduler_table(job: dict[str, Any]) -> Table:
 
 
 def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list[Any]]:
-    from service.api import read_routes as rr
     from service.errors import NotFound
-    from service.store import queries as q
+    from service.results import windows
+    from service.results.jobs import job_result
 
     now = datetime.now(UTC)
     if args.job:
-        with engine.connect() as conn:
-            job = q.job_result(conn, args.job)
+        job = job_result(engine, args.job)
         if job is None:
             raise NotFound(f"job {args.job!r} is unknown or not aggregated yet"
                            " (`ett aggregate` runs a pass)")
@@ -160,15 +159,15 @@ def _answer(args: argparse.Namespace, engine: Any) -> tuple[dict[str, Any], list
                 f" effective {duration(job['effective_seconds'])}")
         return job, [head, *_job_tables(job)]
     default = timedelta(days=7) if args.bill else timedelta(days=1)
-    start, end = rr.parse_window(args.start, args.end, now, default=default)
+    start, end = windows.parse_window(args.start, args.end, now, default=default)
     window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
     if args.bill:
-        bill = rr.team_bill(engine, args.team, start, end)
+        bill = windows.team_bill(engine, args.team, start, end)
         head = (f"{args.team} bill: {bill['lost_gpu_hours']:,.1f} lost GPU-hours the team"
                 f" owns, {window}")
         return bill, [head, *_bill_tables(bill), bill.get("note", "")]
     group_by = args.by or "none"
-    answer = rr.ett_window(engine, start, end, group_by, args.model, args.team)
+    answer = windows.ett_window(engine, start, end, group_by, args.model, args.team)
     if args.by in ("component", "owner"):
         title = f"held GPU-hours by {args.by}, {window}"
         return answer, [_share_table(answer, title, args.by), answer.get("note", "")]

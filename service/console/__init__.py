@@ -1,1 +1,1 @@
-"""The web console under /ui/: server-rendered pages over the read queries."""
+"""The web console under /ui/: server-rendered pages over the answers of `service.results`."""

@@ -16,16 +16,17 @@ from sqlalchemy import Engine
 
 from ett_core.impact import OVERHEAD_TERMS, SHRINKABLE
 from ett_core.taxonomy import COMPONENTS
-from service.api.impact_routes import page_after, page_cursor
-from service.api.read_routes import MAX_WINDOW
 from service.errors import Unprocessable
 from service.results.impact import (
     Selector,
     around,
     impact_report,
     list_annotations,
+    page_after,
+    page_cursor,
     whatif_report,
 )
+from service.results.windows import MAX_WINDOW
 from service.wire.event import WireError, parse_rfc3339
 from service.wire.labels import LabelError, parse_selector
 

@@ -1,5 +1,5 @@
 """The console's pages as a registry: each page is a path, a template and a function that
-returns the template's figures from the read functions the API uses.
+returns the template's figures from the answers of `service.results` the API returns.
 
 Adding a page is one builder and one template, then one `Page` in `PAGES`. The
 checkpoint-advice panel and page show the plain dicts of `service.results.checkpoint_advice`, and
@@ -17,22 +17,19 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from ett_core.taxonomy import COMPONENTS
-from service.api.read_routes import ett_window, models_overview, team_bill
 from service.errors import NotFound, Unprocessable
-from service.results import jobs as job_reads
 from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
-from service.results.series import component_series
+from service.results.jobs import job_timeline, model_jobs
+from service.results.series import ett_series
+from service.results.windows import ett_window, models_overview, team_bill
 from service.slo.burn import team_burns
 from service.slo.load import load_slo_spec
-from service.store import queries as q
 
 from .impact import impact_figures
 from .timeline import COLOURS, layout
 
 WINDOWS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 DEFAULT_WINDOW = "7d"
-HOUR_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -65,33 +62,9 @@ def _window(req: PageRequest, default: str = DEFAULT_WINDOW
 
 def _series(engine: Engine, start: datetime, end: datetime, step: str,
             **filters: str | None) -> dict[str, Any]:
-    """Chart data: epoch seconds, ETT per step, GPU-hours per component per step, and the
-    window the x-axis spans (not only the data's), with where the step still in progress
-    begins (its figures grow until it ends, so the charts mark it as partial)."""
-    first = q.floor_hour(start) if step == "hour" else q.floor_day(start)
-    current = q.floor_hour(end) if step == "hour" else q.floor_day(end)
-    with engine.connect() as conn:
-        rows = component_series(conn, first, end, step, filters)
-    # Every step of the window, zero where nothing was held: a quiet stretch is drawn flat
-    # (and the ETT line broken there), not bridged by a line between the steps around it.
-    stride = timedelta(hours=1) if step == "hour" else timedelta(days=1)
-    steps: dict[datetime, dict[str, int]] = {}
-    at = first
-    while at < end:
-        steps[at] = dict.fromkeys(COMPONENTS, 0)
-        at += stride
-    for row in rows:
-        steps.setdefault(row["at"], dict.fromkeys(COMPONENTS, 0))[row["component"]] += row["held"]
-    xs = sorted(steps)
-    ett = []
-    for at in xs:
-        held = sum(steps[at].values())
-        ett.append(steps[at]["effective_training"] / held if held else None)
-    return {"x": [int(at.timestamp()) for at in xs], "ett": ett,
-            "components": {c: [steps[at][c] / 1e6 / HOUR_S for at in xs] for c in COMPONENTS},
-            "colours": COLOURS, "start": int(start.timestamp()), "end": int(end.timestamp()),
-            "partial_from": int(current.timestamp()) if current < end else None,
-            "step": step, "empty": not rows}
+    """The chart data of `service.results.series`, in the timeline's colours."""
+    series = ett_series(engine, start, end, step, **filters)
+    return {**series, "colours": COLOURS}
 
 
 def fleet(req: PageRequest) -> dict[str, Any]:
@@ -129,26 +102,10 @@ def team(req: PageRequest) -> dict[str, Any]:
             "total": totals, "series": _series(req.engine, start, end, step, team=team_name)}
 
 
-def _level1(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Level-1 over the jobs: mean TTS, NoF by cause, mean TTR (sum of TTRs / NoF)."""
-    tts = [r["tts_seconds"] for r in rows if r["tts_seconds"] is not None]
-    ttrs = [t for r in rows for t in r["ttr_seconds"]]
-    by_cause = dict.fromkeys(("infra", "user", "preemption", "lost"), 0)
-    for r in rows:
-        for cause in r["ttr_causes"]:
-            by_cause[cause] = by_cause.get(cause, 0) + 1
-    nof = sum(r["nof"] for r in rows)
-    return {"jobs": len(rows), "mean_tts_seconds": sum(tts) / len(tts) if tts else None,
-            "nof": nof, "nof_by_cause": by_cause,
-            "mean_ttr_seconds": sum(ttrs) / nof if nof and ttrs else None}
-
-
 def model(req: PageRequest) -> dict[str, Any]:
     name, start, end, step = _window(req)
     model_name = req.path["model"]
-    with req.engine.connect() as conn:
-        recent = job_reads.recent_jobs(conn, model_name)
-        level1 = _level1(job_reads.level1_rows(conn, model_name, start))
+    recent, level1 = model_jobs(req.engine, model_name, start)
     if not recent:
         raise NotFound(f"model {model_name!r} has no jobs")
     total = ett_window(req.engine, start, end, "none", model_name, None)["groups"][0]
@@ -177,15 +134,7 @@ def checkpoints(req: PageRequest) -> dict[str, Any]:
 
 def job(req: PageRequest) -> dict[str, Any]:
     job_id = req.path["job_id"]
-    with req.engine.connect() as conn:
-        result = q.job_result(conn, job_id)
-        if result is None:
-            if q.job_has_events(conn, job_id):
-                raise NotFound(f"job {job_id!r} has events but no result yet: the aggregator"
-                               " has not run since they arrived")
-            raise NotFound(f"job {job_id!r} is unknown")
-        segments = job_reads.job_segments(conn, job_id)
-        marks = job_reads.job_marks(conn, job_id)
+    result, segments, marks = job_timeline(req.engine, job_id)
     return {"job": result, "timeline": layout(result["attempts"], segments, marks)}
 
 

@@ -1,2 +1,2 @@
-"""Prometheus export of the aggregator's results: the snapshot read once per pass and the
-custom collector that serves it."""
+"""Prometheus export of the aggregator's results: the custom collector that renders the
+snapshot `service.results.snapshot` builds once per pass, and the bounds on its series."""

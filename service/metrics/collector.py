@@ -17,7 +17,6 @@ import threading
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
-import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -26,16 +25,23 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from service.aggregate import Aggregator, PassReport
+from service.results.snapshot import (
+    LEVEL1_BUCKETS,
+    RATIO_WINDOWS,
+    Key,
+    Snapshot,
+    build_snapshot,
+    first_seen,
+)
+from service.store import state
 
 from .folding import fold_models, fold_teams, kept_models, kept_teams
-from .snapshot import LEVEL1_BUCKETS, RATIO_WINDOWS, Key, Snapshot, build_snapshot, first_seen
 
 log = logging.getLogger(__name__)
 
-EXPORT_LEADER_LOCK = 0x45_54_54_58  # "ETTX"
 STATE_KEY = "exported_counters"
 
 
@@ -96,9 +102,7 @@ class AggregatorCollector(Collector):
         if self._leader_conn is None:
             self._leader_conn = self.engine.connect()
         try:
-            got = self._leader_conn.execute(
-                text("SELECT pg_try_advisory_lock(:k)"), {"k": EXPORT_LEADER_LOCK}
-            ).scalar_one() if not self.is_leader else True
+            got = state.try_export_lock(self._leader_conn) if not self.is_leader else True
             self._leader_conn.commit()
         except Exception:
             self._leader_conn = None
@@ -111,9 +115,7 @@ class AggregatorCollector(Collector):
         """Give up leadership: unlock before the connection goes back to the pool."""
         if self._leader_conn is not None:
             try:
-                self._leader_conn.execute(
-                    text("SELECT pg_advisory_unlock(:k)"), {"k": EXPORT_LEADER_LOCK}
-                )
+                state.release_export_lock(self._leader_conn)
                 self._leader_conn.commit()
                 self._leader_conn.close()
             except Exception:
@@ -123,16 +125,14 @@ class AggregatorCollector(Collector):
 
     def _restore(self) -> None:
         with self.engine.connect() as conn:
-            row = conn.execute(
-                text("SELECT value FROM aggregator_state WHERE key = :k"), {"k": STATE_KEY}
-            ).first()
-        if row is not None:
-            self.settled = MonotonicCounters(_decode(row[0].get("settled", [])),
-                                             _decode(row[0].get("revisions", [])))
-            self.failures = MonotonicCounters(_decode(row[0].get("failures", [])))
-            self.histograms = MonotonicCounters(_decode(row[0].get("histograms", [])))
-            self.stalled = MonotonicCounters(_decode(row[0].get("stalled", [])))
-            self.scheduler = MonotonicCounters(_decode(row[0].get("scheduler", [])))
+            value = state.read_state(conn, STATE_KEY)
+        if value is not None:
+            self.settled = MonotonicCounters(_decode(value.get("settled", [])),
+                                             _decode(value.get("revisions", [])))
+            self.failures = MonotonicCounters(_decode(value.get("failures", [])))
+            self.histograms = MonotonicCounters(_decode(value.get("histograms", [])))
+            self.stalled = MonotonicCounters(_decode(value.get("stalled", [])))
+            self.scheduler = MonotonicCounters(_decode(value.get("scheduler", [])))
         self._restored = True
 
     def _persist(self) -> None:
@@ -145,13 +145,7 @@ class AggregatorCollector(Collector):
             "scheduler": _encode(self.scheduler.exported),
         }
         with self.engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO aggregator_state (key, value, updated_at) VALUES (:k, :v, now())"
-                    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
-                ),
-                {"k": STATE_KEY, "v": orjson.dumps(value).decode()},
-            )
+            state.write_state(conn, STATE_KEY, value)
 
     def refresh(self, now: datetime | None = None) -> None:
         if not self._ensure_leader():

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from .snapshot import Key, Snapshot
+from service.results.snapshot import MODEL_KEYED_FIELDS, Key, Snapshot
 
 OTHER = "other"
 _LAST = datetime.max
@@ -68,15 +68,7 @@ def fold_teams(snap: Snapshot, kept: set[str]) -> None:
     def first(key: Key) -> Key:
         return key if key[0] in kept else (team_of(key[0]), *key[1:])
 
-    snap.settled_gpu_seconds = _fold(snap.settled_gpu_seconds, pair)
-    snap.at_risk_gpu_seconds = _fold(snap.at_risk_gpu_seconds, pair)
-    snap.jobs_running = _fold(snap.jobs_running, pair)
-    snap.failures = _fold(snap.failures, pair)
-    snap.stalled_jobs = _fold(snap.stalled_jobs, pair)
-    snap.stalled_gpu_seconds = _fold(snap.stalled_gpu_seconds, pair)
-    snap.queue_seconds = _fold(snap.queue_seconds, pair)
-    snap.uninstrumented_gpu_seconds = _fold(snap.uninstrumented_gpu_seconds, pair)
-    snap.telemetry_silent_jobs = _fold(snap.telemetry_silent_jobs, pair)
+    _fold_model_keyed(snap, pair)
     sum_counts = lambda a, b: [x + y for x, y in zip(a, b, strict=True)]  # noqa: E731
     snap.tts_buckets = _fold(snap.tts_buckets, first, sum_counts)
     snap.tts_sum = _fold(snap.tts_sum, first)
@@ -87,6 +79,11 @@ def fold_teams(snap: Snapshot, kept: set[str]) -> None:
         levels["model"] = _fold(levels["model"], pair, pairs)  # type: ignore[assignment]
         levels["team"] = _fold(levels["team"], first, pairs)  # type: ignore[assignment]
     snap.folded_teams = len(folded)
+
+
+def _fold_model_keyed(snap: Snapshot, rename: Callable[[Key], Key]) -> None:
+    for name in MODEL_KEYED_FIELDS:
+        setattr(snap, name, _fold(getattr(snap, name), rename))
 
 
 def _fold(values: dict[Key, float], rename: Callable[[Key], Key],
@@ -111,15 +108,7 @@ def fold_models(snap: Snapshot, kept: set[tuple[str, str]]) -> None:
         return (OTHER, *key[1:])
 
     kept_names = {model for model, _team in kept}
-    snap.settled_gpu_seconds = _fold(snap.settled_gpu_seconds, pair)
-    snap.at_risk_gpu_seconds = _fold(snap.at_risk_gpu_seconds, pair)
-    snap.jobs_running = _fold(snap.jobs_running, pair)
-    snap.queue_seconds = _fold(snap.queue_seconds, pair)
-    snap.uninstrumented_gpu_seconds = _fold(snap.uninstrumented_gpu_seconds, pair)
-    snap.telemetry_silent_jobs = _fold(snap.telemetry_silent_jobs, pair)
-    snap.failures = _fold(snap.failures, pair)
-    snap.stalled_jobs = _fold(snap.stalled_jobs, pair)
-    snap.stalled_gpu_seconds = _fold(snap.stalled_gpu_seconds, pair)
+    _fold_model_keyed(snap, pair)
     snap.unknown_phase_events = _fold(
         snap.unknown_phase_events, lambda k: k if k[0] in kept_names else (OTHER,))
     for levels in snap.ratios.values():

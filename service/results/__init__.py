@@ -1,6 +1,7 @@
-"""What the aggregator derived, read back for decisions: impact, checkpoint advice, quarantine.
+"""Every answer: rows the store reads turned into the figures the API, the CLI, the console
+and /metrics show (windows, bills, overviews, impact, checkpoint advice, jobs, series, the
+metrics snapshot, the quarantine listing).
 
-`store/` holds the tables and the raw event and result paths; this room holds the queries
-that turn stored results into the answers the decision endpoints give, and the console's
-reads that the read API has no query for (series per step, a model's jobs, a job's marks).
+`store/` holds every SQL statement; each function here opens its connection, calls
+`store/` and returns plain values, so every surface renders the same figure.
 """

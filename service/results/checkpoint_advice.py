@@ -1,6 +1,7 @@
 """Checkpoint advice read back: a model's (or every model's) attempts in a window, summed.
 
-The sums come from `checkpoint_attempts` (written with each job's results); the formulas
+The sums come from `checkpoint_attempts` (written with each job's results; summed over the
+attempts that started in the window by `store/queries.checkpoint_sums`); the formulas
 are the core's (ett_core.checkpoint_advice). The answers are plain dicts, so the API,
 the CLI and the console render the same thing. Never commits.
 """
@@ -11,33 +12,11 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from ett_core.checkpoint_advice import Observations, advise
+from service.store import queries as q
 
-# Figures come from the attempts that started in [start, end). The median interval is
-# computed in the database: a busy model has tens of thousands of intervals a month. The
-# window is scanned twice rather than through a shared CTE, which PostgreSQL would
-# materialise whole (arrays included): half the time for 500 models (bench/advice.py).
-_WINDOW = "started_at >= :start AND started_at < :end {model_filter}"
-_SUMS = f"""
-    WITH s AS (
-        SELECT model, (array_agg(team ORDER BY started_at DESC))[1] AS team,
-               sum(held_us) AS held_us, sum(held_us::numeric * gpus) AS held_gpu_us,
-               count(*) FILTER (WHERE interrupted) AS interruptions,
-               sum(blocking_save_us) AS blocking_save_us,
-               sum(durable_checkpoints) AS durable_checkpoints,
-               coalesce(sum(ttr_us) FILTER (WHERE interrupted), 0) AS ttr_us,
-               coalesce(sum(lost_progress_us) FILTER (WHERE interrupted), 0) AS lost_us
-        FROM checkpoint_attempts WHERE {_WINDOW}
-        GROUP BY model
-    ), med AS (
-        SELECT model, percentile_cont(0.5) WITHIN GROUP (ORDER BY i) AS median_us
-        FROM checkpoint_attempts, unnest(intervals_us) AS i WHERE {_WINDOW}
-        GROUP BY model
-    )
-    SELECT s.*, med.median_us FROM s LEFT JOIN med ON med.model = s.model ORDER BY s.model
-"""
 _US = 1e6
 
 
@@ -60,12 +39,8 @@ def _empty(days: float) -> Observations:
 
 
 def _rows(engine: Engine, start: datetime, end: datetime, model: str | None) -> list[Any]:
-    sql = _SUMS.format(model_filter="AND model = :model" if model is not None else "")
-    params: dict[str, Any] = {"start": start, "end": end}
-    if model is not None:
-        params["model"] = model
     with engine.connect() as conn:
-        return list(conn.execute(text(sql), params))
+        return q.checkpoint_sums(conn, start, end, model)
 
 
 def _days(start: datetime, end: datetime) -> float:

@@ -1,7 +1,8 @@
-"""SQL for the read API. Windows are exactly [start, end): whole days come from the daily
+"""SQL for reads. Windows are exactly [start, end): whole days come from the daily
 fleet rollup, the whole hours around them from the hourly one, and the partial hours at
 either edge from the hour-clipped segments, clipped again to the window, so no window is
-ever widened or shrunk to the data inside it."""
+ever widened or shrunk to the data inside it. Also: one job, the console's charts and job
+pages, the checkpoint advice sums and the figures /metrics exports. Never commits."""
 
 from __future__ import annotations
 
@@ -206,3 +207,143 @@ def queue_window(conn: Connection, start: datetime, end: datetime, key: str | No
         f" AND (a->>'queue_seconds')::float8 > 0{clauses}"
         " GROUP BY 1"), {"start": start, "end": end, **params})
     return {r[0]: float(r[1]) for r in rows}
+
+
+# --- the console's charts: ETT over time ------------------------------------------------
+
+SERIES_FILTERS = ("model", "team", "owner")
+SERIES_STEPS = {"hour": ("fleet_hourly", "hour"), "day": ("fleet_daily", "day")}
+
+
+def component_series(conn: Connection, start: datetime, end: datetime, step: str,
+                     filters: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """Rows of (at, component, held, unsettled) GPU-microseconds per whole step (hour or
+    UTC day) of the fleet rollups, steps in [start, end)."""
+    if step not in SERIES_STEPS:
+        raise ValueError(f"step: must be one of {', '.join(SERIES_STEPS)}")
+    table, column = SERIES_STEPS[step]
+    clauses, params = [], {"start": start, "end": end}
+    for name, value in (filters or {}).items():
+        if name not in SERIES_FILTERS:
+            raise ValueError(f"cannot filter on {name}")
+        if value is not None:
+            clauses.append(f" AND {name} = :f_{name}")
+            params[f"f_{name}"] = value
+    sql = (f"SELECT {column} AS at, component,"
+           f" sum(settled_gpu_us + unsettled_gpu_us) AS held,"
+           f" sum(unsettled_gpu_us) AS unsettled FROM {table}"
+           f" WHERE {column} >= :start AND {column} < :end{''.join(clauses)}"
+           f" GROUP BY {column}, component ORDER BY {column}")
+    # NUMERIC sums (a model-day outgrows a bigint) back as exact Python integers.
+    return [{**row._mapping, "held": int(row.held), "unsettled": int(row.unsettled)}
+            for row in conn.execute(text(sql), params)]
+
+
+# --- a model's jobs and one job's timeline (each on an index: jobs by (model, last_at),
+# segments and events by job) ------------------------------------------------------------
+
+def recent_jobs(conn: Connection, model: str, limit: int = 20) -> list[dict[str, Any]]:
+    rows = conn.execute(text(
+        "SELECT job_id, team, state, first_at, last_at, open, held_gpu_seconds,"
+        " effective_gpu_seconds, at_risk_gpu_seconds, nof FROM jobs WHERE model = :m"
+        " ORDER BY last_at DESC LIMIT :n"), {"m": model, "n": limit})
+    return [dict(row._mapping) for row in rows]
+
+
+def level1_rows(conn: Connection, model: str, since: datetime) -> list[dict[str, Any]]:
+    """Level-1 figures of the model's jobs active since `since` (last news at or after it)."""
+    rows = conn.execute(text(
+        "SELECT job_id, tts_seconds, nof, ttr_seconds, ttr_causes FROM jobs"
+        " WHERE model = :m AND last_at >= :since"), {"m": model, "since": since})
+    return [dict(row._mapping) for row in rows]
+
+
+def job_segments(conn: Connection, job_id: str) -> list[dict[str, Any]]:
+    """The job's stored segments (clipped at hour boundaries), in time order per attempt."""
+    rows = conn.execute(text(
+        "SELECT attempt, start_at, end_at, gpus, component, phase, owner, settled"
+        " FROM segments WHERE job_id = :j ORDER BY attempt, start_at, seq"), {"j": job_id})
+    return [dict(row._mapping) for row in rows]
+
+
+def job_marks(conn: Connection, job_id: str) -> list[dict[str, Any]]:
+    """The job's failure and checkpoint events (a checkpoint event means durable)."""
+    rows = conn.execute(text(
+        "SELECT attempt, ts, type, attrs FROM events WHERE job_id = :j"
+        " AND type IN ('failure', 'checkpoint') ORDER BY ts"), {"j": job_id})
+    return [dict(row._mapping) for row in rows]
+
+
+# --- checkpoint advice: attempts that started in [start, end), summed per model ---------
+
+# The median interval is computed in the database: a busy model has tens of thousands of
+# intervals a month. The window is scanned twice rather than through a shared CTE, which
+# PostgreSQL would materialise whole (arrays included): half the time for 500 models
+# (bench/advice.py).
+_ADVICE_WINDOW = "started_at >= :start AND started_at < :end {model_filter}"
+_ADVICE_SUMS = f"""
+    WITH s AS (
+        SELECT model, (array_agg(team ORDER BY started_at DESC))[1] AS team,
+               sum(held_us) AS held_us, sum(held_us::numeric * gpus) AS held_gpu_us,
+               count(*) FILTER (WHERE interrupted) AS interruptions,
+               sum(blocking_save_us) AS blocking_save_us,
+               sum(durable_checkpoints) AS durable_checkpoints,
+               coalesce(sum(ttr_us) FILTER (WHERE interrupted), 0) AS ttr_us,
+               coalesce(sum(lost_progress_us) FILTER (WHERE interrupted), 0) AS lost_us
+        FROM checkpoint_attempts WHERE {_ADVICE_WINDOW}
+        GROUP BY model
+    ), med AS (
+        SELECT model, percentile_cont(0.5) WITHIN GROUP (ORDER BY i) AS median_us
+        FROM checkpoint_attempts, unnest(intervals_us) AS i WHERE {_ADVICE_WINDOW}
+        GROUP BY model
+    )
+    SELECT s.*, med.median_us FROM s LEFT JOIN med ON med.model = s.model ORDER BY s.model
+"""
+
+
+def checkpoint_sums(conn: Connection, start: datetime, end: datetime, model: str | None
+                    ) -> list[Any]:
+    """Per model (only `model` if given), by name: its latest team, held time and GPU time,
+    interruptions, blocking save time, durable checkpoints, TTR and lost progress of the
+    interrupted attempts, and the median checkpoint interval (microseconds)."""
+    sql = _ADVICE_SUMS.format(model_filter="AND model = :model" if model is not None else "")
+    params: dict[str, Any] = {"start": start, "end": end}
+    if model is not None:
+        params["model"] = model
+    return list(conn.execute(text(sql), params))
+
+
+# --- what /metrics exports, read once per aggregation pass --------------------------------
+
+def first_seen(conn: Connection) -> list[tuple[str, str, datetime]]:
+    """When each (model, team) was first seen (its earliest job)."""
+    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+        "SELECT model, team, min(first_at) FROM jobs GROUP BY model, team"))]
+
+
+def settled_totals(conn: Connection) -> list[tuple[str, str, str, str, float]]:
+    """All-time settled GPU-microseconds per (model, team, component, owner)."""
+    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+        "SELECT model, team, component, owner, settled_gpu_us::float8 FROM settled_totals"))]
+
+
+def job_counts(conn: Connection) -> list[tuple[str, str, int, float, int]]:
+    """Per (model, team): running jobs, their at-risk GPU-seconds, unknown-phase events."""
+    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+        "SELECT model, team, count(*) FILTER (WHERE open),"
+        " coalesce(sum(at_risk_gpu_seconds) FILTER (WHERE open), 0),"
+        " sum(unknown_phase_events) FROM jobs GROUP BY model, team"))]
+
+
+def failure_counts(conn: Connection) -> list[tuple[str, str, str, int]]:
+    """Failures per (model, team, cause)."""
+    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+        "SELECT model, team, c, count(*) FROM jobs, unnest(ttr_causes) AS c"
+        " GROUP BY model, team, c"))]
+
+
+def level1_times(conn: Connection) -> list[tuple[str, float | None, list[float], list[str]]]:
+    """Per job with a start or a recovery: team, TTS, TTRs and their causes (seconds)."""
+    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+        "SELECT team, tts_seconds, ttr_seconds, ttr_causes FROM jobs"
+        " WHERE tts_seconds IS NOT NULL OR cardinality(ttr_seconds) > 0"))]

@@ -4,6 +4,10 @@ Rows go in by COPY, the cheapest way in on both sides (JSON documents unpacked b
 json_to_recordset cost more; docs/performance.md). Job ids are names validated at ingest (no
 tab, newline or backslash); labels can come from the taxonomy file, so they are escaped.
 
+The per-attempt checkpoint facts (`checkpoint_attempts`) go in the same way, with the job's
+other rows, so the facts advice reads always belong to the results the rest of the service
+shows (a pass rewrites every running job's facts).
+
 Keeping a job's rows as values (`JobRows`) also lets a pass compare them with what it
 wrote for the job last time and rewrite only what changed (`store.results.update_jobs`).
 """
@@ -117,3 +121,21 @@ class RowFormatter:
             f"{fmt.json_text(orjson.dumps(res.to_wire()).decode())}\t{self.now_text}\n")
         return JobRows(job_id, res.model, res.team, running, job_line, attempt_lines,
                        segment_lines, {k: (v[0], v[1]) for k, v in rollup.items()})
+
+
+CHECKPOINT_COLUMNS = ("job_id", "attempt", "model", "team", "started_at", "gpus", "held_us",
+                      "interrupted", "blocking_save_us", "durable_checkpoints", "intervals_us",
+                      "lost_progress_us", "ttr_us")
+
+
+def checkpoint_lines(job_id: str, comp: JobComputation, ts: fmt.Timestamps) -> list[str]:
+    """The job's per-attempt checkpoint facts (table `checkpoint_attempts`) as COPY lines."""
+    res = comp.result
+    head = f"{fmt.text(job_id)}\t"
+    labels = f"{fmt.text(res.model)}\t{fmt.text(res.team)}\t"
+    return [
+        f"{head}{c.attempt}\t{labels}{ts(c.start_us)}\t{c.gpus}\t{c.held_us}\t"
+        f"{fmt.boolean(c.interrupted)}\t{c.blocking_save_us}\t{c.durable_checkpoints}\t"
+        f"{{{','.join(map(str, c.intervals_us))}}}\t{c.lost_progress_us}\t{fmt.opt(c.ttr_us)}\n"
+        for c in comp.checkpoints
+    ]

@@ -6,7 +6,7 @@ Never commits: `service.aggregate` owns each transaction.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
@@ -17,13 +17,13 @@ import orjson
 from psycopg.types.json import set_json_loads
 from sqlalchemy import Connection, text
 
-from ett_core import Event
+from ett_core import Event, JobComputation
 from ett_core.events import ATTRS_READ, NO_ATTRS
 from ett_core.instants import HOUR_US, us_to_dt
 from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
-from .result_rows import JobRows, RollupKey, RowFormatter
+from .result_rows import CHECKPOINT_COLUMNS, JobRows, RollupKey, RowFormatter, checkpoint_lines
 
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).
@@ -31,6 +31,22 @@ JOB_LOCK_CLASS = 0x455454  # "ETT"
 
 FleetKey = tuple[int, str, str, str, str, str]  # hour_us, model, team, component, phase, owner
 TotalKey = tuple[str, str, str, str]  # model, team, component, owner
+
+
+# For each chunk's transaction (`service.aggregate`):
+# - everything it writes is derived from events, and it consumes its queue rows: if a
+#   database crash loses it after commit, the rows come back and the next pass redoes it,
+#   so the commit need not wait for the WAL flush;
+# - its reads are small index scans, and passes already run side by side (--workers): a
+#   parallel plan only adds worker processes to start (the event load chose one).
+_CHUNK_SETTINGS = ("SELECT set_config('synchronous_commit', 'off', true),"
+                   " set_config('max_parallel_workers_per_gather', '0', true)")
+
+
+def set_chunk_settings(conn: Connection) -> None:
+    """For the rest of this transaction: commit without waiting for the WAL flush, and plan
+    without parallel workers."""
+    conn.exec_driver_sql(_CHUNK_SETTINGS)
 
 
 def queued_jobs(conn: Connection) -> dict[str, datetime]:
@@ -84,6 +100,13 @@ def count_jobs(conn: Connection) -> int:
     return conn.execute(text(
         _JOB_IDS_AFTER + " SELECT count(*) FROM (SELECT id FROM j WHERE id IS NOT NULL"
         " UNION SELECT job_id FROM jobs) s"), {"after": ""}).scalar_one()
+
+
+def computed_at(conn: Connection, job_ids: Sequence[str]) -> dict[str, datetime]:
+    """When the stored result of each of `job_ids` (those that have one) was computed."""
+    rows = conn.execute(text("SELECT job_id, computed_at FROM jobs WHERE job_id = ANY(:ids)"),
+                        {"ids": list(job_ids)})
+    return {job_id: at for job_id, at in rows}
 
 
 def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:
@@ -355,6 +378,22 @@ def apply_deltas(conn: Connection, deltas: Deltas) -> None:
     _bulk_add(conn, "settled_totals",
               {"model": "text", "team": "text", "component": "text", "owner": "text"},
               ("settled_gpu_us",), totals)
+
+
+def replace_checkpoint_facts(conn: Connection, job_ids: Sequence[str],
+                             computed: Mapping[str, JobComputation]) -> None:
+    """Replace the checkpoint facts of `job_ids` by those of `computed` (a job absent from
+    it keeps none)."""
+    if not job_ids:
+        return
+    conn.execute(text("DELETE FROM checkpoint_attempts WHERE job_id = ANY(:ids)"),
+                 {"ids": list(job_ids)})
+    ts = fmt.Timestamps()
+    lines = [line for job_id in job_ids if (comp := computed.get(job_id)) is not None
+             for line in checkpoint_lines(job_id, comp, ts)]
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        fmt.copy_rows(cur, "checkpoint_attempts", CHECKPOINT_COLUMNS, lines)
 
 
 def requeue(conn: Connection, job_ids: Sequence[str]) -> None:

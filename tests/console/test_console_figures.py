@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.console.pages import _level1
 from service.console.timeline import LABEL_W, WIDTH, layout
+from service.results.jobs import level1
 from service.slo.burn import team_burns
 from service.slo.model import Slo, SloSpec, Tier
 
@@ -134,20 +134,20 @@ def test_a_models_level1_is_summed_over_its_jobs() -> None:
         {"job_id": "c", "tts_seconds": None, "nof": 0, "ttr_seconds": [],
          "ttr_causes": []},
     ]
-    l1 = _level1(rows)
+    l1 = level1(rows)
     assert l1["jobs"] == 3
     assert l1["mean_tts_seconds"] == 900.0  # (1200 + 600) / 2: c has no TTS yet
     assert l1["nof"] == 3
     assert l1["nof_by_cause"] == {"infra": 1, "user": 1, "preemption": 1, "lost": 0}
     assert l1["mean_ttr_seconds"] == 1880.0  # (2640 + 1800 + 1200) / 3
-    assert _level1([])["mean_tts_seconds"] is None and _level1([])["mean_ttr_seconds"] is None
+    assert level1([])["mean_tts_seconds"] is None and level1([])["mean_ttr_seconds"] is None
 
 
 @given(st.lists(st.lists(st.floats(0, 1e6), max_size=4), max_size=6))
 def test_mean_ttr_times_nof_is_the_sum_of_every_ttr(ttrs: list[list[float]]) -> None:
     rows = [{"job_id": str(i), "tts_seconds": None, "nof": len(t), "ttr_seconds": t,
              "ttr_causes": ["infra"] * len(t)} for i, t in enumerate(ttrs)]
-    l1 = _level1(rows)
+    l1 = level1(rows)
     total = sum(sum(t) for t in ttrs)
     if l1["nof"]:
         assert l1["mean_ttr_seconds"] * l1["nof"] == pytest.approx(total)

@@ -73,7 +73,7 @@ def test_embedded_mode_starts_from_empty_and_from_existing_data(tmp_path) -> Non
 
 
 def _postgres_alive(data) -> int | None:
-    from service.store.embedded import postmaster_pid
+    from service.store.engine import postmaster_pid
 
     return postmaster_pid(data / "pg")
 

@@ -1,7 +1,9 @@
-"""The figures /metrics exports, read from the database once per aggregation pass.
+"""The figures /metrics exports, read from the database once per aggregation pass: the
+settled totals, running jobs, failures, Level-1 histograms, stalls, the scheduler's word
+and the ETT ratios of the last hour, day and week per model, team and fleet.
 
 Scrapes never query the database: the aggregator builds a snapshot after each pass and
-the collector serves the latest one.
+the collector (`service/metrics/`) renders the latest one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from ett_core.taxonomy import CAUSES, STALLED
 from service.store import queries as q
@@ -50,6 +52,12 @@ class Snapshot:
     folded_teams: int = 0
 
 
+# The figures keyed by (model, team, ...): what folding a model or a team into "other" sums.
+MODEL_KEYED_FIELDS = ("settled_gpu_seconds", "at_risk_gpu_seconds", "jobs_running", "failures",
+                      "stalled_jobs", "stalled_gpu_seconds", "queue_seconds",
+                      "uninstrumented_gpu_seconds", "telemetry_silent_jobs")
+
+
 def _observe(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key,
              value: float) -> None:
     counts = buckets.setdefault(key, [0] * (len(LEVEL1_BUCKETS) + 1))
@@ -68,8 +76,7 @@ def _zero(buckets: dict[Key, list[int]], sums: dict[Key, float], key: Key) -> No
 def first_seen(conn: Connection) -> list[tuple[str, str, datetime]]:
     """When each (model, team) was first seen (its earliest job): the order models keep
     their own series in (metrics/folding.py)."""
-    return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
-        "SELECT model, team, min(first_at) FROM jobs GROUP BY model, team"))]
+    return q.first_seen(conn)
 
 
 def build_snapshot(conn: Connection, now: datetime, silent_after_s: float = 600.0) -> Snapshot:
@@ -79,28 +86,16 @@ def build_snapshot(conn: Connection, now: datetime, silent_after_s: float = 600.
         snap.uninstrumented_gpu_seconds[(model, team)] = uninstrumented
     for model, team, silent in q.silent_jobs(conn, now - timedelta(seconds=silent_after_s)):
         snap.telemetry_silent_jobs[(model, team)] = silent
-    for model, team, component, owner, gpu_us in conn.execute(text(
-        "SELECT model, team, component, owner, settled_gpu_us::float8 FROM settled_totals"
-    )):
+    for model, team, component, owner, gpu_us in q.settled_totals(conn):
         snap.settled_gpu_seconds[(model, team, component, owner)] = gpu_us / 1e6
-    for model, team, running, at_risk, unknown in conn.execute(text(
-        "SELECT model, team, count(*) FILTER (WHERE open),"
-        " coalesce(sum(at_risk_gpu_seconds) FILTER (WHERE open), 0),"
-        " sum(unknown_phase_events) FROM jobs GROUP BY model, team"
-    )):
+    for model, team, running, at_risk, unknown in q.job_counts(conn):
         snap.jobs_running[(model, team)] = running
         snap.at_risk_gpu_seconds[(model, team)] = at_risk
         key = (model,)
         snap.unknown_phase_events[key] = snap.unknown_phase_events.get(key, 0) + int(unknown)
-    for model, team, cause, n in conn.execute(text(
-        "SELECT model, team, c, count(*) FROM jobs, unnest(ttr_causes) AS c"
-        " GROUP BY model, team, c"
-    )):
+    for model, team, cause, n in q.failure_counts(conn):
         snap.failures[(model, team, cause)] = n
-    for team, tts, ttrs, causes in conn.execute(text(
-        "SELECT team, tts_seconds, ttr_seconds, ttr_causes FROM jobs"
-        " WHERE tts_seconds IS NOT NULL OR cardinality(ttr_seconds) > 0"
-    )):
+    for team, tts, ttrs, causes in q.level1_times(conn):
         if tts is not None:
             _observe(snap.tts_buckets, snap.tts_sum, (team,), tts)
         for ttr, cause in zip(ttrs, causes, strict=False):

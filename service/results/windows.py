@@ -1,0 +1,164 @@
+"""Answers over a window of the fleet rollups (docs/model.md, reading results): ETT by
+scope, the models overview, a team's bill; and the window itself, as every surface names it.
+
+Windows are exactly [start, end) (`store/queries.window_rows`). The answers are plain
+dicts: the read API returns them, the CLI prints them, the console draws them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ett_core.taxonomy import COMPONENTS, UNREPORTED
+from service.errors import Unprocessable
+from service.store import queries as q
+from service.wire.event import WireError, parse_rfc3339
+
+from .empty_answers import bill_note, ett_note
+
+GROUP_BY = ("none", "model", "team", "component", "owner")
+MAX_WINDOW = timedelta(days=400)
+EFFECTIVE = "effective_training"
+# Every instant a window may name (docs/model.md, "Reading results"): RFC 3339 reaches year
+# 1 and 9999, where a day's arithmetic (the default start, whole-day rollups) overflows
+# datetime. No event can lie outside (the retention horizon), so nothing is lost.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def parse_window(start: str | None, end: str | None, now: datetime,
+                 default: timedelta = timedelta(days=1)) -> tuple[datetime, datetime]:
+    try:
+        end_dt = _in_range(parse_rfc3339(end, "end"), "end") if end is not None else now
+        start_dt = (_in_range(parse_rfc3339(start, "start"), "start") if start is not None
+                    else max(EARLIEST, end_dt - default))
+    except WireError as exc:
+        raise Unprocessable(str(exc)) from None
+    if end_dt <= start_dt:
+        raise Unprocessable(f"end: must be after start ({start_dt.isoformat()})")
+    if end_dt - start_dt > MAX_WINDOW:
+        raise Unprocessable(f"window: at most {MAX_WINDOW.days} days")
+    return start_dt, end_dt
+
+
+def _in_range(instant: datetime, field: str) -> datetime:
+    if not EARLIEST <= instant <= LATEST:
+        raise WireError(f"{field}: {instant.isoformat()} is outside the supported range"
+                        f" {EARLIEST.isoformat()} to {LATEST.isoformat()}")
+    return instant
+
+
+def summarise(rows: list[dict[str, Any]], key: str | None) -> dict[Any, dict[str, Any]]:
+    groups: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        k = row[key] if key else None
+        g = groups.setdefault(
+            k, {"held": 0, "at_risk": 0, "unreported": 0,
+                "components": dict.fromkeys(COMPONENTS, 0)}
+        )
+        total = row["settled"] + row["unsettled"]
+        g["held"] += total
+        if row.get("phase") == UNREPORTED:
+            g["unreported"] += total
+        g["components"][row["component"]] = g["components"].get(row["component"], 0) + total
+        if row["component"] == EFFECTIVE:
+            g["at_risk"] += row["unsettled"]
+    return groups
+
+
+def group_to_wire(key: Any, g: dict[str, Any] | None,
+                  queue_seconds: float = 0.0) -> dict[str, Any]:
+    g = g or {"held": 0, "at_risk": 0, "unreported": 0,
+              "components": dict.fromkeys(COMPONENTS, 0)}
+    held = g["held"]
+    effective = g["components"].get(EFFECTIVE, 0)
+    unreported = g.get("unreported", 0)
+    return {
+        "key": key,
+        "held_gpu_seconds": held / 1e6,
+        "effective_gpu_seconds": effective / 1e6,
+        "at_risk_gpu_seconds": g["at_risk"] / 1e6,
+        "ett_ratio": effective / held if held else None,
+        "components": {c: v / 1e6 for c, v in g["components"].items()},
+        # The scheduler's word (docs/model.md section 25): beside ETT, never inside it.
+        "unreported_gpu_seconds": unreported / 1e6,
+        "unreported_ratio": unreported / held if held else None,
+        "queue_seconds": queue_seconds,
+    }
+
+
+def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
+               model: str | None, team: str | None) -> dict[str, Any]:
+    key = None if group_by == "none" else group_by
+    with engine.connect() as conn:
+        rows = q.window_rows(conn, start, end, [key, "phase"] if key else ["phase"],
+                             {"model": model, "team": team})
+        groups = summarise(rows, key)
+        queue = (q.queue_window(conn, start, end, key, {"model": model, "team": team})
+                 if key in (None, "model", "team") else {})
+        note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team,
+                                                                           start, end)
+    if key is None:
+        out = [group_to_wire(None, groups.get(None), queue.get(None, 0.0))]
+    else:
+        out = [group_to_wire(k, groups[k], queue.get(k, 0.0)) for k in sorted(groups)]
+    answer = {"start": start.isoformat(), "end": end.isoformat(), "group_by": group_by,
+              "groups": out}
+    return answer if note is None else {**answer, "note": note}
+
+
+def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
+    day, week = now - timedelta(days=1), now - timedelta(days=7)
+    with engine.connect() as conn:
+        pairs = q.models_and_teams(conn)
+        by_day = summarise(q.window_rows(conn, day, now, ["model"]), "model")
+        by_week = summarise(q.window_rows(conn, week, now, ["model", "phase"]), "model")
+        queue_week = q.queue_window(conn, week, now, "model")
+    models: list[dict[str, Any]] = []
+    for model, team in pairs:
+        d = group_to_wire(model, by_day.get(model))
+        w = group_to_wire(model, by_week.get(model), queue_week.get(model, 0.0))
+        models.append({
+            "model": model, "team": team,
+            "ett_ratio_1d": d["ett_ratio"], "ett_ratio_7d": w["ett_ratio"],
+            "held_gpu_hours_1d": d["held_gpu_seconds"] / 3600,
+            "held_gpu_hours_7d": w["held_gpu_seconds"] / 3600,
+            "at_risk_gpu_hours_1d": d["at_risk_gpu_seconds"] / 3600,
+            "unreported_ratio_7d": w["unreported_ratio"],
+            "queue_seconds_7d": w["queue_seconds"],
+        })
+    answer: dict[str, Any] = {"as_of": now.isoformat(), "models": models}
+    if not models:
+        answer["note"] = "no jobs yet: nothing has been posted to POST /v1/events"
+    return answer
+
+
+def team_bill(engine: Engine, team: str, start: datetime, end: datetime) -> dict[str, Any]:
+    """What `team` owns of the time that was not effective training, by phase and model."""
+    with engine.connect() as conn:
+        rows = q.window_rows(conn, start, end, ["phase", "model"], {"owner": team},
+                             exclude_components=[EFFECTIVE])
+        note = None if rows else bill_note(conn, team, start, end)
+    by_phase: dict[str, float] = {}
+    by_model: dict[str, float] = {}
+    by_component: dict[str, float] = {}
+    total = 0
+    for row in rows:
+        gpu_us = row["settled"] + row["unsettled"]
+        total += gpu_us
+        by_phase[row["phase"]] = by_phase.get(row["phase"], 0) + gpu_us
+        by_component[row["component"]] = by_component.get(row["component"], 0) + gpu_us
+        by_model[row["model"]] = by_model.get(row["model"], 0) + gpu_us
+    hours = 3_600_000_000
+    answer = {
+        "team": team, "start": start.isoformat(), "end": end.isoformat(),
+        "lost_gpu_hours": total / hours,
+        "by_phase": {k: v / hours for k, v in sorted(by_phase.items(), key=lambda kv: -kv[1])},
+        "by_model": {k: v / hours for k, v in sorted(by_model.items(), key=lambda kv: -kv[1])},
+        "by_component": {k: v / hours
+                         for k, v in sorted(by_component.items(), key=lambda kv: -kv[1])},
+    }
+    return answer if note is None else {**answer, "note": note}
