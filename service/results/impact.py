@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine
 
 from ett_core.impact import Cohort, impact, whatif
 from service.errors import Unprocessable
-from service.store import impact as rows
+from service.store import impact as impact_rows
 
 from .windows import EARLIEST
 
@@ -37,8 +37,8 @@ class Selector:
 
 
 def load_cohort(conn: Connection, selector: Selector) -> Cohort:
-    return rows.load_cohort(conn, selector.start, selector.end, selector.model, selector.team,
-                            selector.labels)
+    return impact_rows.load_cohort(conn, selector.start, selector.end, selector.model,
+                                   selector.team, selector.labels)
 
 
 def _selector_wire(s: Selector) -> dict[str, Any]:
@@ -82,17 +82,17 @@ def add_annotation(engine: Engine, ts: datetime, title: str, body: str | None,
     with engine.begin() as conn:
         if max_per_team is not None:
             # One writer at a time per team, so two posts cannot both take the last place.
-            rows.lock_team_annotations(conn, team)
-            if rows.count_annotations(conn, team) >= max_per_team:
+            impact_rows.lock_team_annotations(conn, team)
+            if impact_rows.count_annotations(conn, team) >= max_per_team:
                 return None
-        return rows.insert_annotation(conn, ts, title, body, team, models, tags, created_by)
+        return impact_rows.insert_annotation(conn, ts, title, body, team, models, tags, created_by)
 
 
 def delete_annotation(engine: Engine, annotation_id: int, team: str | None = None,
                       any_team: bool = False) -> bool:
     """Delete one annotation (of `team` unless `any_team`); whether one was deleted."""
     with engine.begin() as conn:
-        return rows.delete_annotation(conn, annotation_id, team, any_team)
+        return impact_rows.delete_annotation(conn, annotation_id, team, any_team)
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def list_annotations(engine: Engine, start: datetime, end: datetime, team: str |
     """Annotations in [start, end) in (ts, id) order: at most `limit`, those after `after`
     (the last of the previous page), so a page never skips or repeats one."""
     with engine.connect() as conn:
-        found = rows.annotation_rows(conn, start, end, team, tag, limit + 1, after)
+        found = impact_rows.annotation_rows(conn, start, end, team, tag, limit + 1, after)
     more = len(found) > limit
     found = found[:limit]
     return Page([_annotation_wire(r) for r in found],
@@ -118,7 +118,7 @@ def list_annotations(engine: Engine, start: datetime, end: datetime, team: str |
 
 def get_annotation(engine: Engine, annotation_id: int) -> dict[str, Any] | None:
     with engine.connect() as conn:
-        row = rows.annotation_row(conn, annotation_id)
+        row = impact_rows.annotation_row(conn, annotation_id)
     return None if row is None else _annotation_wire(row)
 
 
