@@ -56,7 +56,7 @@ _UNKNOWN_TYPE_RANK = len(TYPE_RANK)
 # background phases, checkpoint snapshot_ts, the scheduler's source). Of every other type
 # it reads only the step counter of rank 0 (ett_core.stalls.STEP_ATTR): a loader may leave
 # out the rest, such as the loss on each heartbeat, and the result cannot change
-# (tests/engine/test_engine_properties.py holds the core to it).
+# (tests/core/test_core_properties.py holds the core to it).
 ATTRS_READ = frozenset({"failure", "released", "phase_start", "checkpoint"})
 # The scheduler's word (ett_core.scheduler) reads `source` on every type a scheduler may
 # send, and `queued_at` and `gpus_assumed` on its allocation.

@@ -14,7 +14,7 @@ of change the paper measured:
   the restart is rescheduled at once and its checkpoint loads 3x faster.
 
 `paired_table()` computes the figures of docs/impact.md with the core itself, so the
-document can be regenerated and checked (tests/test_demo_paired.py).
+document can be regenerated and checked (tests/demo/test_demo_paired.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Random event streams with wrong types and nonsense values never make the engine raise."""
+"""Random event streams with wrong types and nonsense values never make the core raise."""
 
 from __future__ import annotations
 
 import random
 
-from engine_strategies import garbage_streams
+from core_strategies import garbage_streams
 from hypothesis import given, settings
 
 from ett_core import Event, Taxonomy, compute_job
