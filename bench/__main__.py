@@ -22,6 +22,7 @@ from . import (
     sdk,
     single,
     slow_clients,
+    small_writers,
     store_trips,
 )
 from .common import Postgres
@@ -42,6 +43,7 @@ BENCHMARKS = {
     "impact": (impact, True),
     "ingest_window": (ingest_window, True),
     "loop_stall": (loop_stall, True),
+    "small_writers": (small_writers, True),
 }
 
 

@@ -67,7 +67,7 @@ def main() -> None:
                        failed=report.jobs_failed, workers=workers)
         else:
             from service.access.auth import Principal
-            from service.ingest import store
+            from service.store.events import store_rows
             from service.wire.batch import validate_batch
 
             with open(sys.argv[4]) as fh:
@@ -81,8 +81,8 @@ def main() -> None:
                 t_now = now + timedelta(minutes=k)
                 valid = validate_batch(batch, admin, now=datetime.now(UTC), max_future_s=3600,
                                        max_age_s=400 * 86400)
-                if valid.lines:
-                    store(engine, valid.lines, valid.jobs)
+                with engine.begin() as conn:
+                    store_rows(conn.connection.driver_connection, valid.rows)
                 agg.clock = lambda t_now=t_now: t_now
                 t0 = time.perf_counter()
                 report = agg.run_pass()

@@ -204,7 +204,7 @@ def store_batches(dsn: str, bodies: list[bytes], clients: int) -> float:
                               max_age_s=400 * 86400) for b in bodies]
 
     def store_one(conn: psycopg.Connection, batch: ValidatedBatch) -> None:
-        store_rows(conn, batch.lines, batch.jobs)
+        store_rows(conn, batch.rows)
 
     return _drain(dsn, batches, clients, store_one, autocommit=True)[0]
 

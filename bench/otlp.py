@@ -92,7 +92,7 @@ def run(_pg: object, quick: bool, runs: int = 7) -> dict:
                                max_future_s=300, max_age_s=90 * 86400)
         elapsed = time.perf_counter() - t0
         assert not batch.rejected and not mapped.rejected
-        return elapsed * 1e6 / n, len(batch.lines)
+        return elapsed * 1e6 / n, len(batch.rows)
 
     figures: dict[str, object] = {"spans": n}
     targets = []

@@ -1,7 +1,8 @@
 """Slow clients: one writer token's stalled connections must not block other writers.
 
-A real `ett serve --no-aggregator` with the default in-flight limits (128 requests, 32 per
-token) and a 5 s body deadline. One writer token opens 130 connections that send their
+A real `ett serve --no-aggregator` with the in-flight limits of the round that added this
+benchmark (128 requests, 32 per token; the defaults are larger now) and a 5 s body
+deadline. One writer token opens 130 connections that send their
 headers and a few bytes of body, then wait (what starved ingest before: every request got
 503 while they stayed open). Meanwhile another token posts single events one after the
 other; measured: their latency and status, and how the stalled requests ended (408 at the
@@ -42,7 +43,8 @@ def _event() -> dict[str, Any]:
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     url = pg.create_database("bench_slow")
     posts = 50 if quick else 300
-    env = {"ETT_INGEST_BODY_DEADLINE_S": str(DEADLINE_S)}
+    env = {"ETT_INGEST_BODY_DEADLINE_S": str(DEADLINE_S), "ETT_INGEST_MAX_IN_FLIGHT": "128",
+           "ETT_INGEST_MAX_IN_FLIGHT_PER_TOKEN": "32"}
     with ett_serve(url, env=env) as srv:
         secret = writer_token(url, "ads", ("ads_*",))
         port = int(srv.url.rsplit(":", 1)[1])

@@ -18,7 +18,8 @@ from typing import Any
 import psycopg
 
 from service.access.auth import Principal
-from service.store.events import COPY_SQL, QUEUE_SQL, _copy_payload, _queue_params, store_rows_async
+from service.store.copy_text import EventRows
+from service.store.events import COPY_SQL, QUEUE_SQL, _queue_params, copy_payload, store_rows_async
 from service.wire.batch import validate_batch
 
 from .common import Postgres, libpq_url, record
@@ -28,18 +29,18 @@ NAME = "ingest_store_trips"
 SIZE = 100
 
 
-async def _five_trips(conn: psycopg.AsyncConnection, lines: list[str], jobs: set[str]) -> None:
+async def _five_trips(conn: psycopg.AsyncConnection, rows: EventRows) -> None:
     async with conn.transaction(), conn.cursor() as cur:
         async with cur.copy(COPY_SQL) as copy:
-            await copy.write(_copy_payload(lines))
-        await cur.execute(QUEUE_SQL, _queue_params(jobs))
+            await copy.write(copy_payload(rows))
+        await cur.execute(QUEUE_SQL, _queue_params(rows.jobs()))
 
 
-async def _one_query(conn: psycopg.AsyncConnection, lines: list[str], jobs: set[str]) -> None:
-    await store_rows_async(conn, lines, jobs)
+async def _one_query(conn: psycopg.AsyncConnection, rows: EventRows) -> None:
+    await store_rows_async(conn, rows)
 
 
-def _batches(n: int, template: list[dict[str, Any]], ids: Ids) -> list[tuple[list[str], set[str]]]:
+def _batches(n: int, template: list[dict[str, Any]], ids: Ids) -> list[EventRows]:
     admin = Principal(role="admin", token_id="bench")
     now = datetime.now(UTC)
     out = []
@@ -48,7 +49,7 @@ def _batches(n: int, template: list[dict[str, Any]], ids: Ids) -> list[tuple[lis
                   for i in range(SIZE)]
         batch = validate_batch(events, admin, now=now, max_future_s=300.0,
                                max_age_s=400 * 86400.0)
-        out.append((batch.lines, batch.jobs))
+        out.append(batch.rows)
     return out
 
 
@@ -61,8 +62,8 @@ async def _measure(url: str, per_round: int, rounds: int) -> dict[str, float]:
             for name, store in ways.items():
                 batches = _batches(per_round, template, ids)
                 began = time.process_time()
-                for lines, jobs in batches:
-                    await store(conn, lines, jobs)
+                for rows in batches:
+                    await store(conn, rows)
                 best[name] = min(best[name], time.process_time() - began)
     return {name: round(cpu / per_round * 1e3, 3) for name, cpu in best.items()}
 

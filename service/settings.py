@@ -45,14 +45,14 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = Field(default=30_000, ge=0)
 
     ingest_max_in_flight: int = Field(
-        default=128, ge=1, description="concurrent POST /v1/events per process; more get 503"
+        default=4096, ge=1, description="concurrent POST /v1/events per process; more get 503"
     )
     ingest_max_in_flight_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024,
         description="request-body bytes in flight per process; more get 503",
     )
     ingest_max_in_flight_per_token: int = Field(
-        default=32, ge=1,
+        default=1024, ge=1,
         description="concurrent POST /v1/events per token per process; more get 503",
     )
     ingest_body_deadline_s: float = Field(
@@ -60,6 +60,16 @@ class Settings(BaseSettings):
     )
     ingest_statement_timeout_ms: int = Field(
         default=10_000, ge=0, description="an ingest transaction's statement timeout (0: none)"
+    )
+    group_commit_ms: float = Field(
+        default=3.0, ge=0,
+        description="a small ingest batch waits at most this long for others to be stored"
+                    " with in one transaction (0: each batch alone)",
+    )
+    group_commit_max_rows: int = Field(
+        default=1000, ge=1,
+        description="a group is stored as soon as it holds this many events; a batch this"
+                    " large is stored alone",
     )
     otlp_max_spans: int = Field(
         default=20_000, ge=1, description="spans in one POST /v1/traces; more get 413",

@@ -184,10 +184,7 @@ def test_the_three_flow_entry_points_stay_at_the_top_of_service() -> None:
 SQL_ROOMS = ("service.store",)
 SQL_MODULES = ("service.access.tokens",)
 # (module, text the literal starts with): SQL still outside the store, each with its reason.
-SQL_ALLOWED = {
-    # Moves with the ingest store path (one sync/async store core, issue 25's house-wire part).
-    ("service.ingest", "SET LOCAL statement_timeout"),
-}
+SQL_ALLOWED: set[tuple[str, str]] = set()
 # Calls whose first argument is SQL (`text(...)`, `conn.execute(...)`, `exec_driver_sql(...)`).
 SQL_CALLS = ("text", "execute", "exec_driver_sql")
 # A literal that starts like a statement: a verb in capitals, or a verb with its clause in any case.

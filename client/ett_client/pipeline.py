@@ -250,11 +250,9 @@ class Pipeline:
                 break
             if self._stop.is_set():
                 return
-            if outcome.retry_after_s is not None:
-                delay = min(outcome.retry_after_s, self.settings.retry_after_max_s)
-            else:
-                delay = transport.backoff_s(retry, self.settings.backoff_base_s,
-                                            self.settings.backoff_max_s, self._rng)
+            delay = transport.retry_delay_s(
+                retry, outcome.retry_after_s, self.settings.backoff_base_s,
+                self.settings.backoff_max_s, self.settings.retry_after_max_s, self._rng)
             level = logging.DEBUG if self._failing else logging.WARNING
             logger.log(level, "ett_client: could not deliver %d events (%s); retrying in %.2fs, "
                        "they are kept in the spool", len(batch.lines), outcome.error, delay)

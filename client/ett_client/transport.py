@@ -54,13 +54,25 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def backoff_s(retry: int, base_s: float, max_s: float, rng: random.Random) -> float:
-    """Exponential backoff with jitter: uniform in [d/2, d], d = min(max, base * 2**retry).
+    """Exponential backoff with full jitter: uniform in [0, d], d = min(max, base * 2**retry).
 
-    Half-jitter rather than full jitter: many ranks of many jobs restarted by one outage
-    spread out, but no retry comes back almost immediately.
+    A thousand trainers cut off by one restart come back spread over the whole interval,
+    not bunched in its second half.
     """
     delay = min(max_s, base_s * (2 ** min(retry, 32)))
-    return rng.uniform(delay / 2, delay)
+    return rng.uniform(0.0, delay)
+
+
+def retry_delay_s(retry: int, retry_after_s: float | None, base_s: float, max_s: float,
+                  retry_after_max_s: float, rng: random.Random) -> float:
+    """How long to wait before try `retry + 1`: the backoff, after the service's
+    `Retry-After` (capped at `retry_after_max_s`) when it sent one. The wait it asks for is
+    the floor, and the jitter on top keeps the clients it told the same thing from coming
+    back in step."""
+    jitter = backoff_s(retry, base_s, max_s, rng)
+    if retry_after_s is None:
+        return jitter
+    return min(retry_after_s, retry_after_max_s) + jitter
 
 
 def build_body(lines: list[bytes]) -> bytes:

@@ -35,19 +35,13 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
     from service.api.app import AppContext, create_app
     from service.store import migrate
     from service.store.engine import open_database
-    from service.store.ingest_pool import IngestPool
+    from service.store.ingest_pool import pool_for
 
     with open_database(settings, create=True) as db:
         migrate.upgrade(db.engine)
         if db.admin_token is None:
             log.warning("no ETT_ADMIN_TOKEN set: only tokens from the token store can be used")
-        ingest_pool = IngestPool(
-            # As many connections as the main engine may open (pool plus overflow).
-            db.url, size=2 * settings.db_pool_size, timeout_s=settings.db_pool_timeout_s,
-            # 0 means no ingest-specific timeout: the general one, as on the main engine.
-            statement_timeout_ms=(settings.ingest_statement_timeout_ms
-                                  or settings.db_statement_timeout_ms),
-        )
+        ingest_pool = pool_for(db.url, settings)
         ctx = AppContext(
             settings=settings,
             engine=db.engine,

@@ -25,11 +25,17 @@ statements, so this one query is driven with psycopg's libpq generators
 (`psycopg.generators`, what its cursors are built on).
 
 Smaller batches (single events above all) take the statement at once: one round trip.
+
+The steps of storing a batch are decided once, by `_plan` (a generator that yields each
+statement to run and is sent its answer); `store_rows` runs them on a blocking connection,
+`store_rows_async` on an asyncio one, so both drivers take exactly the same path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import psycopg
@@ -38,15 +44,24 @@ from psycopg import generators, pq
 from psycopg.abc import PQGen
 from psycopg.waiting import Wait
 
-from .copy_text import is_scheduler_line
+from .copy_text import COLUMNS, NULL, EventRows, text
 
-COLUMNS = ("event_id", "ts", "job_id", "attempt", "model", "type", "phase", "gpus", "team",
-           "rank", "attrs", "extra")
 COPY_SQL = f"COPY events ({', '.join(COLUMNS)}) FROM STDIN"
 COPY_MIN_ROWS = 32
 # Names never hold a quote or a backslash (wire.NAME_RE), so quoting each is enough; quoted,
 # a job called "null" stays a string.
 QUEUE_SQL = "INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(%(jobs)s AS text[])) ORDER BY 1"
+
+# How the fallback statement reads each column from its JSON text (text unless named).
+_CASTS = {"event_id": "uuid", "ts": "timestamptz", "attempt": "int", "gpus": "int",
+          "rank": "int", "attrs": "jsonb", "extra": "jsonb"}
+# An event is its job, id and instant (the unique key); what a retry must repeat is the
+# rest but for the unknown fields, which are kept, never compared.
+_KEY = ("event_id", "ts", "job_id")
+_CONTENT = tuple(c for c in COLUMNS if c not in _KEY and c != "extra")
+_UNPACK = ",\n               ".join(
+    f"(r->>{i})::{_CASTS[c]} AS {c}" if c in _CASTS else f"r->>{i} AS {c}"
+    for i, c in enumerate(COLUMNS))
 
 # The batch travels as one JSON array of row arrays, unpacked server-side (binding one array
 # per column instead spent ~40% of the ingest process's CPU in psycopg's pure-Python array
@@ -58,24 +73,20 @@ QUEUE_SQL = "INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(%(jobs)s AS text
 # stored under an id derived from its whole row (so its own retries are duplicates in turn),
 # never dropped as a duplicate. Every duplicate reaches this statement (the COPY path falls
 # back to it on a conflict); the probe is one primary-key lookup per row.
-INSERT_SQL = """
+INSERT_SQL = f"""
     WITH r AS (
-        SELECT (r->>0)::uuid AS event_id, (r->>1)::timestamptz AS ts, r->>2 AS job_id,
-               (r->>3)::int AS attempt, r->>4 AS model, r->>5 AS type, r->>6 AS phase,
-               (r->>7)::int AS gpus, r->>8 AS team, (r->>9)::int AS rank,
-               (r->>10)::jsonb AS attrs, (r->>11)::jsonb AS extra, md5(r::text) AS digest
+        SELECT {_UNPACK},
+               md5(r::text) AS digest
         FROM json_array_elements(CAST(%(rows)s AS json)) AS r
     ), ins AS (
-        INSERT INTO events (event_id, ts, job_id, attempt, model, type, phase, gpus, team,
-                            rank, attrs, extra)
+        INSERT INTO events ({", ".join(COLUMNS)})
         SELECT CASE WHEN EXISTS (
                    SELECT 1 FROM events e
                    WHERE e.job_id = r.job_id AND e.event_id = r.event_id AND e.ts = r.ts
-                     AND (e.attempt, e.model, e.type, e.phase, e.gpus, e.team, e.rank, e.attrs)
-                         IS DISTINCT FROM (r.attempt, r.model, r.type, r.phase, r.gpus, r.team,
-                                           r.rank, r.attrs))
+                     AND ({", ".join("e." + c for c in _CONTENT)})
+                         IS DISTINCT FROM ({", ".join("r." + c for c in _CONTENT)}))
                THEN CAST(r.digest AS uuid) ELSE r.event_id END,
-               ts, job_id, attempt, model, type, phase, gpus, team, rank, attrs, extra
+               {", ".join(COLUMNS[1:])}
         FROM r
         ORDER BY 1
         ON CONFLICT (job_id, event_id, ts) DO NOTHING
@@ -91,11 +102,11 @@ _COPY_IN = pq.ExecStatus.COPY_IN
 _FATAL = pq.ExecStatus.FATAL_ERROR
 _COPY_CHUNK = 128 * 1024
 
-# Each job's owner is its first stored event's model and team (docs/model.md, "Ownership").
+# Each job's claim is its first stored event's model and team (docs/model.md, "Ownership").
 # The batch claims its jobs first: a new job takes the batch's model and team, a stored one
 # keeps its own (a team it lacked is filled in by an event of its model). The upsert row-locks
-# each job's owner until commit, so two first batches for one job cannot both win, and it
-# returns every job's owner, inserted or not, in the one statement.
+# each job's claim until commit, so two first batches for one job cannot both win, and it
+# returns every job's claim, inserted or not, in the one statement.
 CLAIM_SQL = """
     INSERT INTO job_owners AS o (job_id, model, team)
     SELECT j, m, t FROM unnest(CAST(%(jobs)s AS text[]), CAST(%(models)s AS text[]),
@@ -105,26 +116,26 @@ CLAIM_SQL = """
         THEN coalesce(o.team, EXCLUDED.team) ELSE o.team END
     RETURNING job_id, model, team
 """
-Owners = dict[str, tuple[str, str | None]]
-# Given the owners of the batch's jobs: the lines that may be stored, and the lines moved to
-# another job (their claims are made next, in the same transaction); ingest's ownership check.
-Admit = Callable[[Owners], tuple[Sequence[str], Sequence[str]]]
-# A line's job is claimed at most twice: its own id, then (another team's) the id in that
-# team's namespace, which only that team's lines reach.
+# job_id -> (model, team) of its stored claim.
+Claims = dict[str, tuple[str, str | None]]
+# Given the stored claims of the batch's jobs: the rows that may be stored, and the rows
+# moved to another job (their claims are made next, in the same transaction); ingest's
+# job-claims check.
+Admit = Callable[[Claims], tuple[EventRows, EventRows]]
+# A row's job is claimed at most twice: its own id, then (another team's) the id in that
+# team's namespace, which only that team's rows reach.
 _CLAIM_ROUNDS = 2
 
 
-def claims(lines: Iterable[str], default_team: str | None = None
-           ) -> dict[str, list[str | None]]:
-    """The batch's claim per job: the first line's model, and the first team that lines of
-    that model name (`default_team`, the writer's, for a line naming none). Fields: job_id
-    is 3rd, model 5th, team 9th of a COPY line."""
+def claims(rows: EventRows, default_team: str | None = None) -> dict[str, list[str | None]]:
+    """The batch's claim per job: the first row's model, and the first team that rows of
+    that model name (`default_team`, the writer's, for a row naming none)."""
     out: dict[str, list[str | None]] = {}
-    for line in lines:
-        if is_scheduler_line(line):
+    for i, (job, model, team) in enumerate(zip(rows.job_id, rows.model, rows.team,
+                                               strict=True)):
+        if rows.is_scheduler(i):
             continue  # a scheduler's mapping never fixes a job's model or team
-        fields = line.split("\t", 9)
-        job, model, team = fields[2], fields[4], _unescape(fields[8]) or default_team
+        team = team or default_team
         claim = out.get(job)
         if claim is None:
             out[job] = [model, team]
@@ -133,31 +144,46 @@ def claims(lines: Iterable[str], default_team: str | None = None
     return out
 
 
-def _claim_params(lines: Iterable[str], default_team: str | None
-                  ) -> dict[str, list[str | None]]:
-    wanted = claims(lines, default_team)
+def _claim_params(rows: EventRows, default_team: str | None) -> dict[str, list[str | None]]:
+    wanted = claims(rows, default_team)
     jobs = sorted(wanted)
     return {"jobs": jobs, "models": [wanted[j][0] for j in jobs],
             "teams": [wanted[j][1] for j in jobs]}
 
 
-def _unescape(field: str) -> str | None:
-    return None if field == "\\N" else field.replace("\\\\", "\\")
+def _as_text(column: Sequence[object]) -> list[str | None]:
+    """A column's values as the text PostgreSQL casts from (None stays None)."""
+    if all(type(v) is str or v is None for v in column):
+        return list(column)  # type: ignore[arg-type]
+    return [None if v is None else str(v) for v in column]
 
 
-def rows_json(lines: Iterable[str]) -> str:
-    """COPY lines as the INSERT statement's JSON array of row arrays (the fallback path).
-
-    Only a backslash is ever escaped in a line (`copy_text.json_text`; names never hold one), so
-    undoing that gives the fields back; PostgreSQL casts the numbers from text.
-    """
-    return orjson.dumps(
-        [[_unescape(f) for f in line[:-1].split("\t")] for line in lines]).decode()
+def rows_json(rows: EventRows) -> str:
+    """The rows as the INSERT statement's JSON array of row arrays of text (the fallback
+    path); PostgreSQL casts the numbers from text. A row's text is also what the id of a
+    same-id event with other content is derived from, so it stays text field by field."""
+    return orjson.dumps(list(zip(*map(_as_text, rows.columns()), strict=True))).decode()
 
 
-def _copy_payload(lines: Sequence[str]) -> bytes:
-    """The lines as one COPY payload, sorted by event_id (see the module docstring)."""
-    return "".join(sorted(lines)).encode()
+_SPECIAL = ("\\", "\t", "\n", "\r")
+
+
+def _copy_column(column: Sequence[object]) -> list[str]:
+    """A column as COPY text fields: NULL for None, escaped only where a value needs it
+    (names and stamps never do; JSON text may hold a backslash)."""
+    values = _as_text(column)
+    present = "".join(v for v in values if v is not None)
+    if any(special in present for special in _SPECIAL):
+        return [text(v) for v in values]
+    return [NULL if v is None else v for v in values]
+
+
+def copy_payload(rows: EventRows) -> bytes:
+    """The rows as one COPY text payload, sorted by event_id (see the module docstring)."""
+    fields = [_copy_column(column) for column in rows.columns()]
+    lines = ["\t".join(row) for row in zip(*fields, strict=True)]
+    lines.sort()
+    return ("\n".join(lines) + "\n").encode()
 
 
 def _jobs_literal(jobs: Iterable[str]) -> str:
@@ -182,8 +208,6 @@ def copy_script(jobs: Iterable[str]) -> bytes:
     literal = _jobs_literal(jobs)
     return (f"BEGIN; INSERT INTO dirty_jobs (job_id) SELECT unnest('{literal}'"
             f"::text[]) ORDER BY 1; {COPY_SQL}; COMMIT").encode()
-
-
 def _raise_first_error(results: Sequence[pq.abc.PGresult], encoding: str) -> None:
     for result in results:
         if result.status == _FATAL:
@@ -219,106 +243,176 @@ def _in_own_transaction(conn: psycopg.Connection | psycopg.AsyncConnection) -> b
     return conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE
 
 
-def _jobs_of(lines: Iterable[str]) -> set[str]:
-    return {line.split("\t", 3)[2] for line in lines}
+# The steps of storing a batch: what `_plan` yields, and each driver runs.
+@dataclass(frozen=True, slots=True)
+class _Claim:  # -> Claims
+    params: dict[str, list[str | None]]
 
 
-def store_rows(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str],
-               admit: Admit | None = None, default_team: str | None = None) -> int:
-    """Store the events (COPY text lines, distinct ids) not stored yet and queue their jobs;
-    return how many were new. With `admit`, the batch first claims its jobs' owners (a line
-    naming no team claims for `default_team`) and stores only the lines `admit` keeps, in
-    the same transaction.
+@dataclass(frozen=True, slots=True)
+class _CopyAlone:  # -> None: the COPY as the one query of its own transaction
+    script: bytes
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _CopyNested:  # -> None: the COPY and the queue rows in a savepoint
+    payload: bytes
+    queue: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Insert:  # -> the count of new events
+    params: dict[str, str]
+
+
+_Step = _Claim | _CopyAlone | _CopyNested | _Insert
+_Plan = Generator[_Step, Any, int]
+
+
+def _plan(rows: EventRows, admit: Admit | None, default_team: str | None, *, alone: bool,
+          grouped: bool = False) -> _Plan:
+    """Every step of storing `rows`; `alone`: the connection is in autocommit mode, outside
+    any transaction (else the caller's driver runs this in a transaction). A COPY that
+    meets a stored or concurrent id is thrown back here and the batch is inserted, unless
+    the rows are a group's (`grouped`: always COPYed, and the error is the caller's)."""
+    if admit is not None:
+        kept: list[EventRows] = []
+        pending = rows
+        for _ in range(_CLAIM_ROUNDS):
+            if not len(pending):
+                break
+            admitted, pending = admit((yield _Claim(_claim_params(pending, default_team))))
+            kept.append(admitted)
+        rows = EventRows.concat(kept)
+    if not len(rows):
+        return 0
+    if len(rows) >= COPY_MIN_ROWS or grouped:
+        try:
+            jobs = rows.jobs()
+            if alone:
+                yield _CopyAlone(copy_script(jobs), copy_payload(rows))
+            else:
+                yield _CopyNested(copy_payload(rows), _queue_params(jobs))
+            return len(rows)
+        except _RETRY_AS_INSERT:
+            if grouped:
+                raise
+    return int((yield _Insert({"rows": rows_json(rows)})))
+
+
+def store_rows(conn: psycopg.Connection, rows: EventRows, admit: Admit | None = None,
+               default_team: str | None = None) -> int:
+    """Store the events (distinct ids) not stored yet and queue their jobs; return how many
+    were new. With `admit`, the batch first claims its jobs (a row naming no team claims
+    for `default_team`) and stores only the rows `admit` keeps, in the same transaction.
 
     In a transaction the caller began, the COPY runs in a savepoint; in autocommit mode,
     as the one query of a transaction of its own.
     """
-    if not lines:
+    if not len(rows):
         return 0
     if admit is None:
-        return _store(conn, lines, jobs)
-    with conn.transaction():
-        kept: list[str] = []
-        pending: Sequence[str] = lines
-        for _ in range(_CLAIM_ROUNDS):
-            if not pending:
-                break
-            rows = conn.execute(CLAIM_SQL, _claim_params(pending, default_team))
-            admitted, pending = admit({r[0]: (r[1], r[2]) for r in rows})
-            kept.extend(admitted)
-        return _store(conn, kept, _jobs_of(kept))
+        return _run(conn, _plan(rows, None, None, alone=_in_own_transaction(conn)))
+    with conn.transaction():  # the claims commit with the rows they admitted
+        return _run(conn, _plan(rows, admit, default_team, alone=False))
 
 
-def _store(conn: psycopg.Connection, lines: Sequence[str], jobs: Iterable[str]) -> int:
-    if not lines:
-        return 0
-    if len(lines) >= COPY_MIN_ROWS:
+def _run(conn: psycopg.Connection, plan: _Plan) -> int:
+    answer: Any = None
+    failed: BaseException | None = None
+    while True:
         try:
-            if _in_own_transaction(conn):
-                try:
-                    conn.wait(_script_gen(conn.pgconn, copy_script(jobs), _copy_payload(lines),
-                                          conn.info.encoding))
-                finally:
-                    if conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                        conn.execute("ROLLBACK")
-            else:
-                with conn.transaction(), conn.cursor() as cur:
-                    with cur.copy(COPY_SQL) as copy:
-                        copy.write(_copy_payload(lines))
-                    cur.execute(QUEUE_SQL, _queue_params(jobs))
-            return len(lines)
-        except _RETRY_AS_INSERT:
-            pass
-    row = conn.execute(INSERT_SQL, {"rows": rows_json(lines)}).fetchone()
-    assert row is not None
-    return int(row[0])
+            step = plan.send(answer) if failed is None else plan.throw(failed)
+        except StopIteration as done:
+            return int(done.value)
+        answer, failed = None, None
+        try:
+            answer = _run_step(conn, step)
+        except _RETRY_AS_INSERT as exc:
+            failed = exc
 
 
-async def store_rows_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
-                           jobs: Iterable[str], admit: Admit | None = None,
-                           default_team: str | None = None) -> int:
+def _run_step(conn: psycopg.Connection, step: _Step) -> Any:
+    if isinstance(step, _Claim):
+        return {r[0]: (r[1], r[2]) for r in conn.execute(CLAIM_SQL, step.params)}
+    if isinstance(step, _Insert):
+        row = conn.execute(INSERT_SQL, step.params).fetchone()
+        assert row is not None
+        return row[0]
+    if isinstance(step, _CopyAlone):
+        try:
+            conn.wait(_script_gen(conn.pgconn, step.script, step.payload, conn.info.encoding))
+        finally:
+            if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                conn.execute("ROLLBACK")
+        return None
+    if isinstance(step, _CopyNested):
+        # A savepoint, so a retried id falls back to the insert without losing the claim.
+        with conn.transaction(), conn.cursor() as cur:
+            with cur.copy(COPY_SQL) as copy:
+                copy.write(step.payload)
+            cur.execute(QUEUE_SQL, step.queue)
+    return None
+
+
+async def store_rows_async(conn: psycopg.AsyncConnection, rows: EventRows,
+                           admit: Admit | None = None, default_team: str | None = None
+                           ) -> int:
     """`store_rows` on an asyncio connection (the ingest pool's, in autocommit mode)."""
-    if not lines:
+    if not len(rows):
         return 0
     if admit is None:
-        return await _store_async(conn, lines, jobs)
+        return await _run_async(conn, _plan(rows, None, None,
+                                            alone=_in_own_transaction(conn)))
     async with conn.transaction():
-        kept: list[str] = []
-        pending: Sequence[str] = lines
-        for _ in range(_CLAIM_ROUNDS):
-            if not pending:
-                break
-            cur = await conn.execute(CLAIM_SQL, _claim_params(pending, default_team),
-                                     prepare=True)
-            admitted, pending = admit({r[0]: (r[1], r[2]) for r in await cur.fetchall()})
-            kept.extend(admitted)
-        return await _store_async(conn, kept, _jobs_of(kept))
+        return await _run_async(conn, _plan(rows, admit, default_team, alone=False))
 
 
-async def _store_async(conn: psycopg.AsyncConnection, lines: Sequence[str],
-                       jobs: Iterable[str]) -> int:
-    if not lines:
-        return 0
-    if len(lines) >= COPY_MIN_ROWS:
+async def store_group_async(conn: psycopg.AsyncConnection, rows: EventRows) -> None:
+    """Store `rows`, every one new, by one COPY in a transaction of its own, answered once
+    committed; raise having stored nothing if any is stored already (or anything else
+    fails): the caller then stores them another way (`store.ingest_pool.GroupCommit`)."""
+    if not _in_own_transaction(conn):
+        raise ValueError("a group is stored in a transaction of its own: autocommit, idle")
+    await _run_async(conn, _plan(rows, None, None, alone=True, grouped=True))
+
+
+async def _run_async(conn: psycopg.AsyncConnection, plan: _Plan) -> int:
+    answer: Any = None
+    failed: BaseException | None = None
+    while True:
         try:
-            if _in_own_transaction(conn):
-                try:
-                    await conn.wait(_script_gen(conn.pgconn, copy_script(jobs),
-                                                _copy_payload(lines), conn.info.encoding))
-                finally:
-                    if conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                        await conn.execute("ROLLBACK")
-            else:
-                # Inside the ownership claim's transaction: a savepoint, so a retried id
-                # falls back to the insert below without losing the claim.
-                async with conn.transaction(), conn.cursor() as cur:
-                    async with cur.copy(COPY_SQL) as copy:
-                        await copy.write(_copy_payload(lines))
-                    await cur.execute(QUEUE_SQL, _queue_params(jobs))
-            return len(lines)
-        except _RETRY_AS_INSERT:
-            pass
-    cur = await conn.execute(INSERT_SQL, {"rows": rows_json(lines)}, prepare=True)
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
+            step = plan.send(answer) if failed is None else plan.throw(failed)
+        except StopIteration as done:
+            return int(done.value)
+        answer, failed = None, None
+        try:
+            answer = await _run_step_async(conn, step)
+        except _RETRY_AS_INSERT as exc:
+            failed = exc
+
+
+async def _run_step_async(conn: psycopg.AsyncConnection, step: _Step) -> Any:
+    if isinstance(step, _Claim):
+        cur = await conn.execute(CLAIM_SQL, step.params, prepare=True)
+        return {r[0]: (r[1], r[2]) for r in await cur.fetchall()}
+    if isinstance(step, _Insert):
+        cur = await conn.execute(INSERT_SQL, step.params, prepare=True)
+        row = await cur.fetchone()
+        assert row is not None
+        return row[0]
+    if isinstance(step, _CopyAlone):
+        try:
+            await conn.wait(_script_gen(conn.pgconn, step.script, step.payload,
+                                        conn.info.encoding))
+        finally:
+            if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                await conn.execute("ROLLBACK")
+        return None
+    if isinstance(step, _CopyNested):
+        async with conn.transaction(), conn.cursor() as cur:
+            async with cur.copy(COPY_SQL) as copy:
+                await copy.write(step.payload)
+            await cur.execute(QUEUE_SQL, step.queue)
+    return None

@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ett_core.events import PHASE_TYPES
-from service.store.copy_text import NULL as _N
-from service.store.copy_text import json_text, opt
+from service.store.copy_text import EventRow, EventRows
 
 from .event import (
     CANONICAL_UUID_RE,
@@ -59,9 +58,6 @@ class WriteScope(Protocol):
     def default_team(self) -> str | None: ...
 
 
-_TEAM_COLUMN = 8  # of a COPY text line (`store.events.COLUMNS`)
-
-
 def default_team_of(principal: WriteScope, team: str | None,
                     configured_owner: str | None) -> str | None:
     """The team a team-less event is stored with: the writer token's own team, unless the
@@ -73,37 +69,30 @@ def default_team_of(principal: WriteScope, team: str | None,
     return default if configured_owner in (None, default) else None
 
 
-def with_team(line: str, team: str) -> str:
-    parts = line.split("\t")
-    parts[_TEAM_COLUMN] = team
-    return "\t".join(parts)
-
-
 @dataclass
 class ValidatedBatch:
-    # One COPY text line per event to store (`store.events.COLUMNS`), and their jobs.
-    lines: list[str]
+    # The events to store, and their jobs.
+    rows: EventRows
     jobs: set[str]
     rejected: list[dict[str, Any]]
     in_batch_duplicates: int
     # Scope errors (model not this token's, team not its to claim): a batch holding only
     # these is answered 403.
     forbidden: list[str]
-    # The index in the posted batch of each line (for rejections found while storing).
+    # The index in the posted batch of each row (for rejections found while storing).
     indices: list[int]
 
 
-def line_of(event: WireEvent) -> str:
-    return (f"{event.event_id}\t{event.ts.isoformat()}\t{event.job_id}\t{event.attempt}\t"
-            f"{event.model}\t{event.type}\t{opt(event.phase)}\t{opt(event.gpus)}\t"
-            f"{opt(event.team)}\t{opt(event.rank)}\t{json_text(event.attrs_text)}\t"
-            f"{json_text(event.extra_text)}\n")
+def row_of(event: WireEvent) -> EventRow:
+    return EventRow(
+        event_id=event.event_id, ts=event.ts.isoformat(), job_id=event.job_id,
+        attempt=event.attempt, model=event.model, type=event.type, phase=event.phase,
+        gpus=event.gpus, team=event.team, rank=event.rank, attrs=event.attrs_text,
+        extra=event.extra_text)
 
 
-def _plain_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
-                ) -> tuple[str, str, str, str | None] | None:
-    """(line, job_id, model, team) for an event in the common form, or None: then
-    `validate_event` decides."""
+def _plain_row(obj: Any, lo: datetime, hi: datetime, names: set[str]) -> EventRow | None:
+    """The row of an event in the common form, or None: then `validate_event` decides."""
     if type(obj) is not dict or not obj.keys() <= KNOWN_FIELDS:
         return None
     get = obj.get
@@ -139,16 +128,14 @@ def _plain_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
         attrs = attrs_json(get("attrs"), etype)
     except WireError:
         return None
-    return (f"{event_id}\t{ts}\t{job_id}\t{attempt}\t{model}\t{etype}\t"
-            f"{_N if phase is None else phase}\t{_N if gpus is None else gpus}\t"
-            f"{_N if team is None else team}\t{_N if rank is None else rank}\t"
-            f"{json_text(attrs)}\t\\N\n", job_id, model, team)
+    return EventRow(event_id=event_id, ts=ts, job_id=job_id, attempt=attempt, model=model,
+                    type=etype, phase=phase, gpus=gpus, team=team, rank=rank, attrs=attrs,
+                    extra=None)
 
 
-def _fast_line(obj: Any, lo: datetime, hi: datetime, names: set[str]
-               ) -> tuple[str, str, str, str | None] | None:
+def _fast_row(obj: Any, lo: datetime, hi: datetime, names: set[str]) -> EventRow | None:
     try:
-        return _plain_line(obj, lo, hi, names)
+        return _plain_row(obj, lo, hi, names)
     except TypeError:  # an unhashable value where a name or type belongs
         return None
 
@@ -180,22 +167,22 @@ def validate_batch(
     window: bool = False,
 ) -> ValidatedBatch:
     """Split a batch into rows to store (first copy of each id in its job) and rejections."""
-    lines: list[str] = []
+    rows: list[EventRow] = []
     jobs: set[str] = set()
     rejected: list[dict[str, Any]] = []
     forbidden: list[str] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, str, str]] = set()
     indices: list[int] = []
     names: set[str] = set()
     scope: dict[tuple[str, str | None, bool], str | None] = {}
     duplicates = 0
     lo, hi = now - timedelta(seconds=max_age_s), now + timedelta(seconds=max_future_s)
     for index, obj in enumerate(raw):
-        fast = _fast_line(obj, lo, hi, names)
-        if fast is None:
+        row = _fast_row(obj, lo, hi, names)
+        if row is None:
             _learn_names(obj, names)
-            fast = _fast_line(obj, lo, hi, names)
-        if fast is None:
+            row = _fast_row(obj, lo, hi, names)
+        if row is None:
             try:
                 event = validate_event(obj, now=now, max_future_s=max_future_s,
                                        max_age_s=max_age_s, window=window)
@@ -204,13 +191,12 @@ def validate_batch(
                     obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s,
                     window=window)})
                 continue
-            line, job_id, model, team = line_of(event), event.job_id, event.model, event.team
-        else:
-            line, job_id, model, team = fast
-        if team is None and principal.default_team is not None:
-            filled = default_team_of(principal, team, owner_of(model))
+            row = row_of(event)
+        if row.team is None and principal.default_team is not None:
+            filled = default_team_of(principal, None, owner_of(row.model))
             if filled is not None:
-                line, team = with_team(line, filled), filled
+                row = row._replace(team=filled)
+        model, team = row.model, row.team
         key = (model, team, is_scheduler_event(obj))
         if key not in scope:
             scope[key] = _scope_error(principal, model, team, key[2], owner_of)
@@ -221,12 +207,13 @@ def validate_batch(
             continue
         # An id is one event within its job and instant (the store's key); the same id in
         # another job is another event.
-        identity = line[:36] + "\t" + job_id + "\t" + line.split("\t", 2)[1]
+        identity = (row.event_id, row.job_id, row.ts)
         if identity in seen:
             duplicates += 1
             continue
         seen.add(identity)
-        lines.append(line)
+        rows.append(row)
         indices.append(index)
-        jobs.add(job_id)
-    return ValidatedBatch(lines, jobs, rejected, duplicates, forbidden, indices)
+        jobs.add(row.job_id)
+    return ValidatedBatch(EventRows.of_rows(rows), jobs, rejected, duplicates, forbidden,
+                          indices)

@@ -19,8 +19,18 @@ def test_retry_after_reads_seconds_and_http_dates():
 def test_backoff_is_jittered_exponential_and_capped():
     rng = random.Random(1)
     for retry, cap in ((0, 1.0), (1, 2.0), (3, 8.0), (10, 30.0), (100, 30.0)):
-        delay = transport.backoff_s(retry, 1.0, 30.0, rng)
-        assert cap / 2 <= delay <= cap
+        delays = [transport.backoff_s(retry, 1.0, 30.0, rng) for _ in range(200)]
+        assert min(delays) >= 0 and max(delays) <= cap
+        # Full jitter: spread over the whole interval, not only its upper half.
+        assert min(delays) < cap / 10 and max(delays) > cap * 0.9
+
+
+def test_retry_after_is_the_floor_of_a_jittered_wait():
+    rng = random.Random(2)
+    delays = [transport.retry_delay_s(0, 1.0, 0.5, 30.0, 300.0, rng) for _ in range(200)]
+    assert min(delays) >= 1.0 and max(delays) <= 1.5
+    assert len({round(d, 3) for d in delays}) > 100  # not in step
+    assert 300.0 <= transport.retry_delay_s(0, 1e6, 0.5, 30.0, 300.0, rng) <= 300.5
 
 
 def test_the_body_is_a_batch_of_the_spooled_lines():

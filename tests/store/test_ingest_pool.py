@@ -5,6 +5,7 @@ is stored; a failed batch stores nothing and leaves the connection usable."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import psycopg
@@ -12,7 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from service.access.auth import Principal
-from service.store.events import COPY_MIN_ROWS, copy_script, store_rows_async
+from service.store.copy_text import EventRows
+from service.store.events import COPY_MIN_ROWS, copy_payload, copy_script, store_rows_async
 from service.store.ingest_pool import IngestPool, libpq_conninfo
 from service.wire.batch import validate_batch
 from tests.factories import event
@@ -22,9 +24,9 @@ LIMITS = {"max_future_s": 300.0, "max_age_s": 30 * 86400.0}
 ADMIN = Principal(role="admin", token_id="t")
 
 
-def _lines(job: str, n: int) -> list[str]:
+def _rows(job: str, n: int) -> EventRows:
     return validate_batch([event("heartbeat", i / 60, job_id=job) for i in range(n)], ADMIN,
-                          now=NOW, **LIMITS).lines
+                          now=NOW, **LIMITS).rows
 
 
 def _counts(engine, job: str) -> tuple[int, int]:
@@ -47,16 +49,16 @@ def test_the_script_queues_the_jobs_sorted_in_the_batchs_transaction() -> None:
 
 
 def test_a_batch_is_committed_and_queued_before_the_answer(db_engine, database_url) -> None:
-    rows = _lines("one-query", 3000)
-    assert sum(map(len, rows)) > 2 * 128 * 1024  # the COPY data goes in several pieces
+    rows = _rows("one-query", 3000)
+    assert len(copy_payload(rows)) > 2 * 128 * 1024  # the COPY data goes in several pieces
 
     async def go() -> tuple[int, tuple[int, int], int]:
         pool = _pool(database_url)
         try:
-            n = await pool.store(rows, {"one-query"})
+            n = await pool.store(rows)
             # Read from another connection while the pool's is still open: committed.
             seen = _counts(db_engine, "one-query")
-            again = await pool.store(_lines("one-query-2", COPY_MIN_ROWS), {"one-query-2"})
+            again = await pool.store(_rows("one-query-2", COPY_MIN_ROWS))
             return n, seen, again
         finally:
             await pool.close()
@@ -68,13 +70,13 @@ def test_a_batch_is_committed_and_queued_before_the_answer(db_engine, database_u
 
 
 def test_a_retried_batch_stores_only_the_new_events(db_engine, database_url) -> None:
-    rows = _lines("retry", COPY_MIN_ROWS + 10)
+    rows = _rows("retry", COPY_MIN_ROWS + 10)
 
     async def go() -> list[int]:
         pool = _pool(database_url)
         try:
-            return [await pool.store(rows[5:9], {"retry"}), await pool.store(rows, {"retry"}),
-                    await pool.store(rows, {"retry"})]
+            return [await pool.store(rows.take(range(5, 9))), await pool.store(rows),
+                    await pool.store(rows)]
         finally:
             await pool.close()
 
@@ -84,34 +86,34 @@ def test_a_retried_batch_stores_only_the_new_events(db_engine, database_url) -> 
 
 def test_a_failed_batch_stores_nothing_and_the_connection_recovers(db_engine,
                                                                     database_url) -> None:
-    rows = _lines("bad", COPY_MIN_ROWS)
-    fields = rows[3].split("\t")
-    fields[1] = "not a time"  # only a bug above could send this: the COPY must fail whole
-    broken = [*rows[:3], "\t".join(fields), *rows[4:]]
+    rows = _rows("bad", COPY_MIN_ROWS)
+    stamps = list(rows.ts)
+    stamps[3] = "not a time"  # only a bug above could send this: the COPY must fail whole
+    broken = replace(rows, ts=stamps)
 
     async def go() -> tuple[tuple[int, int], int]:
         async with await psycopg.AsyncConnection.connect(libpq_conninfo(database_url),
                                                          autocommit=True) as conn:
             with pytest.raises(psycopg.errors.InvalidDatetimeFormat):
-                await store_rows_async(conn, broken, {"bad"})
+                await store_rows_async(conn, broken)
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             after_failure = _counts(db_engine, "bad")
-            return after_failure, await store_rows_async(conn, rows, {"bad"})
+            return after_failure, await store_rows_async(conn, rows)
 
     assert asyncio.run(go()) == ((0, 0), COPY_MIN_ROWS)
     assert _counts(db_engine, "bad") == (COPY_MIN_ROWS, 1)  # the failed batch left no queue row
 
 
 def test_in_a_callers_transaction_the_batch_commits_with_it(database_url, db_engine) -> None:
-    # The ownership claim holds a transaction open: the batch then goes by a savepoint,
+    # The job claim holds a transaction open: the batch then goes by a savepoint,
     # and nothing is visible (or acknowledged) before the caller commits.
     async def go() -> None:
         async with await psycopg.AsyncConnection.connect(libpq_conninfo(database_url),
                                                          autocommit=True) as conn:
             async with conn.transaction():
                 await conn.execute("SELECT 1")
-                assert await store_rows_async(conn, _lines("tx", COPY_MIN_ROWS),
-                                              {"tx"}) == COPY_MIN_ROWS
+                assert await store_rows_async(conn, _rows("tx", COPY_MIN_ROWS)
+                                              ) == COPY_MIN_ROWS
                 assert _counts(db_engine, "tx") == (0, 0)
             assert _counts(db_engine, "tx") == (COPY_MIN_ROWS, 1)
 

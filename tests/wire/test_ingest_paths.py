@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from service.access.auth import Principal
+from service.store.copy_text import EventRow, EventRows
 from service.store.events import COPY_MIN_ROWS, rows_json, store_rows
-from service.wire.batch import line_of, validate_batch
+from service.wire.batch import row_of, validate_batch
 from service.wire.event import WireError, validate_event
 from service.wire.rejections import every_error
 from tests.factories import event
@@ -70,10 +71,10 @@ _changes = st.fixed_dictionaries({}, optional={
 })
 
 
-def _normal(line: str) -> list:
-    """A COPY line's fields (as the fallback INSERT reads them), the timestamp as an instant:
-    the fast path keeps the text as sent."""
-    (row,) = orjson.loads(rows_json([line]))
+def _normal(stored: EventRow) -> list:
+    """A row's fields (as the fallback INSERT reads them), the timestamp as an instant: the
+    fast path keeps the text as sent."""
+    (row,) = orjson.loads(rows_json(EventRows.of_rows([stored])))
     return [row[0], datetime.fromisoformat(row[1]), *row[2:]]
 
 
@@ -82,13 +83,13 @@ def _reference(raw: list) -> tuple[list, list]:
     rows, rejected, seen = [], [], set()
     for index, obj in enumerate(raw):
         try:
-            line = line_of(validate_event(obj, now=NOW, **LIMITS))
+            row = row_of(validate_event(obj, now=NOW, **LIMITS))
         except WireError as exc:
             rejected.append({"index": index, "error": every_error(obj, exc, now=NOW, **LIMITS)})
             continue
-        if line[:36] not in seen:
-            seen.add(line[:36])
-            rows.append(_normal(line))
+        if row.event_id not in seen:
+            seen.add(row.event_id)
+            rows.append(_normal(row))
     return rows, rejected
 
 
@@ -106,7 +107,7 @@ def test_a_batch_is_decided_exactly_as_event_by_event_validation_decides_it(chan
         raw.append(dict(raw[0]))  # a copy within the batch
     batch = validate_batch(raw, ADMIN, now=NOW, **LIMITS)
     rows, rejected = _reference(raw)
-    assert [_normal(line) for line in batch.lines] == rows
+    assert [_normal(row) for row in batch.rows.rows()] == rows
     assert batch.rejected == rejected
     assert batch.jobs == {row[2] for row in rows}
 
@@ -117,7 +118,7 @@ def test_an_integer_json_cannot_carry_is_a_rejection_on_both_paths() -> None:
     big = 2**64
     raw = [event("heartbeat", 1, attrs={"n": big}), event("heartbeat", 2, extra_field=[big])]
     batch = validate_batch(raw, ADMIN, now=NOW, **LIMITS)
-    assert not batch.lines
+    assert not len(batch.rows)
     assert [r["error"] for r in batch.rejected] == [
         "attrs: cannot be stored as JSON (Integer exceeds 64-bit range)",
         "unknown fields: cannot be stored as JSON (Integer exceeds 64-bit range)"]
@@ -126,11 +127,11 @@ def test_an_integer_json_cannot_carry_is_a_rejection_on_both_paths() -> None:
 def test_the_fast_path_keeps_the_timestamp_text_postgresql_reads_the_same_way() -> None:
     ev = event("heartbeat", 1)
     ev["ts"] = "2026-11-01T10:00:00.5Z"
-    (line,) = validate_batch([ev], ADMIN, now=NOW, **LIMITS).lines
-    assert line.split("\t")[1] == "2026-11-01T10:00:00.5Z"
+    (row,) = validate_batch([ev], ADMIN, now=NOW, **LIMITS).rows.rows()
+    assert row.ts == "2026-11-01T10:00:00.5Z"
     other = dict(ev, event_id=str(uuid.uuid4()), ts="2026-11-01T12:00:00.5+02:00")
-    (line,) = validate_batch([other], ADMIN, now=NOW, **LIMITS).lines
-    assert line.split("\t")[1] == "2026-11-01T10:00:00.500000+00:00"
+    (row,) = validate_batch([other], ADMIN, now=NOW, **LIMITS).rows.rows()
+    assert row.ts == "2026-11-01T10:00:00.500000+00:00"
 
 
 def _tricky(i: int, job: str) -> dict:
@@ -155,12 +156,12 @@ def _pg(database_url: str) -> psycopg.Connection:
 def test_copy_and_insert_store_the_same_values(db_engine, database_url) -> None:
     n = COPY_MIN_ROWS + 8
     copied = validate_batch([_tricky(i, "via-copy") for i in range(n)], ADMIN, now=NOW,
-                            **LIMITS).lines
+                            **LIMITS).rows
     one_by_one = validate_batch([_tricky(i, "via-insert") for i in range(n)], ADMIN, now=NOW,
-                                **LIMITS).lines
+                                **LIMITS).rows
     with _pg(database_url) as conn:
-        assert store_rows(conn, copied, {"via-copy"}) == n
-        assert sum(store_rows(conn, [line], {"via-insert"}) for line in one_by_one) == n
+        assert store_rows(conn, copied) == n
+        assert sum(store_rows(conn, one_by_one.take([i])) for i in range(n)) == n
     a, b = _stored(db_engine, "via-copy"), _stored(db_engine, "via-insert")
     assert len(a) == n
     assert [r[:1] + r[2:] for r in a] == [r[:1] + r[2:] for r in b]
@@ -171,11 +172,11 @@ def test_copy_and_insert_store_the_same_values(db_engine, database_url) -> None:
 def test_a_copy_that_meets_stored_ids_falls_back_and_stores_only_the_new(
         db_engine, database_url) -> None:
     rows = validate_batch([_tricky(i, "retry") for i in range(COPY_MIN_ROWS + 10)], ADMIN,
-                          now=NOW, **LIMITS).lines
+                          now=NOW, **LIMITS).rows
     with _pg(database_url) as conn:
-        assert store_rows(conn, rows[5:9], {"retry"}) == 4  # stored earlier: a retried batch
-        assert store_rows(conn, rows, {"retry"}) == len(rows) - 4
-        assert store_rows(conn, rows, {"retry"}) == 0
+        assert store_rows(conn, rows.take(range(5, 9))) == 4  # stored earlier: a retried batch
+        assert store_rows(conn, rows) == len(rows) - 4
+        assert store_rows(conn, rows) == 0
     assert len(_stored(db_engine, "retry")) == len(rows)
     with db_engine.connect() as conn:
         queued = conn.execute(text("SELECT count(*) FROM dirty_jobs WHERE job_id = 'retry'"))
@@ -184,13 +185,13 @@ def test_a_copy_that_meets_stored_ids_falls_back_and_stores_only_the_new(
 
 def test_in_a_callers_transaction_the_fallback_keeps_the_transaction(database_url) -> None:
     rows = validate_batch([_tricky(i, "outer") for i in range(COPY_MIN_ROWS)], ADMIN, now=NOW,
-                          **LIMITS).lines
+                          **LIMITS).rows
     with _pg(database_url) as conn:
-        store_rows(conn, rows[:1], {"outer"})
+        store_rows(conn, rows.take([0]))
         conn.autocommit = False
         with conn.transaction():
             conn.execute("SELECT 1")
-            assert store_rows(conn, rows, {"outer"}) == len(rows) - 1
+            assert store_rows(conn, rows) == len(rows) - 1
         assert conn.execute("SELECT count(*) FROM events WHERE job_id = 'outer'"
                             ).fetchone() == (len(rows),)
 
@@ -200,6 +201,6 @@ def test_a_job_called_null_is_queued_by_name(db_engine, database_url, job) -> No
     batch = validate_batch([event("heartbeat", i / 60, job_id=job) for i in range(COPY_MIN_ROWS)],
                            ADMIN, now=NOW, **LIMITS)
     with _pg(database_url) as conn:
-        assert store_rows(conn, batch.lines, batch.jobs) == COPY_MIN_ROWS
+        assert store_rows(conn, batch.rows) == COPY_MIN_ROWS
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT job_id FROM dirty_jobs")).scalars().all() == [job]

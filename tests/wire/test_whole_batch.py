@@ -54,7 +54,7 @@ def _decide(body: bytes) -> tuple[list, list] | None:
     except Exception:
         return None
     batch = validate_batch(raw, ADMIN, now=NOW, **LIMITS)
-    return [_normal(line) for line in batch.lines], batch.rejected
+    return [_normal(row) for row in batch.rows.rows()], batch.rejected
 
 
 def _batch(changes: list[dict], data: st.DataObject) -> list[dict]:
@@ -77,7 +77,7 @@ def test_the_whole_path_stores_what_event_by_event_validation_stores_or_defers(c
     whole = decide_whole(body, 5000, ADMIN, now=NOW, **LIMITS)
     if whole is None:
         return  # the per-event path decides it (the property of test_ingest_paths)
-    assert _decide(body) == ([_normal(line) for line in whole.lines], [])
+    assert _decide(body) == ([_normal(row) for row in whole.rows.rows()], [])
     assert whole.rejected == [] and whole.in_batch_duplicates == 0
     assert whole.jobs == {obj["job_id"] for obj in orjson.loads(body)["events"]}
 
@@ -98,7 +98,7 @@ def test_plain_valid_batches_take_the_whole_path_with_the_same_rows(types, stamp
     body = orjson.dumps({"events": raw})
     whole = decide_whole(body, 5000, ADMIN, now=NOW, **LIMITS)
     assert whole is not None
-    assert _decide(body) == ([_normal(line) for line in whole.lines], [])
+    assert _decide(body) == ([_normal(row) for row in whole.rows.rows()], [])
 
 
 @pytest.mark.parametrize("change", [
