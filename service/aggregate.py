@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
@@ -36,6 +36,7 @@ from service.settings import Settings
 from service.store import impact, state
 from service.store import results as store
 from service.store.result_rows import RowFormatter
+from service.store.retention import ensure_partitions_quietly
 from service.taxonomy import taxonomy_from
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class Aggregator:
         self.passes_failed = 0
         # A new process may run fixed code: its first pass retries the quarantined jobs.
         self._quarantine_retried = False
+        self._partitions_checked_on: date | None = None
 
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
@@ -156,6 +158,9 @@ class Aggregator:
         with self._lock:
             now = self.clock()
             report = PassReport(started_at=now)
+            if self._partitions_checked_on != now.date():  # the months ahead exist
+                ensure_partitions_quietly(self.engine, now)
+                self._partitions_checked_on = now.date()
             with self.engine.connect() as conn:
                 queued = store.queued_jobs(conn)
                 # A quarantined job waits for new events: recomputed unchanged, it would

@@ -28,7 +28,7 @@ from service.work_pool import WorkPool
 log = logging.getLogger(__name__)
 WHOLE_MIN_BYTES = 1024
 # A body up to this size (about a dozen events) is decided on the event loop: ~0.05 ms,
-# less than the hop to a worker thread and back costs, and a fleet's small writers never
+# less than the hop to a worker process and back costs, and a fleet's small writers never
 # wait for the worker queue (whose bound then holds only larger bodies).
 INLINE_MAX_BYTES = 2048
 
@@ -48,8 +48,8 @@ class IngestLimits:
     # The work budget of one OTLP request, counted before any span is mapped.
     max_spans: int = 20_000
     max_attributes: int = 200_000
-    # Decoding and validation run on this many threads, with this many requests waiting.
-    work_threads: int = 2
+    # Decoding and validation run in this many processes, with this many requests waiting.
+    work_processes: int = 2
     work_queue: int = 16
 
 
@@ -159,6 +159,55 @@ def parse_batch(body: bytes | bytearray, max_events: int) -> list[Any]:
     return events
 
 
+@dataclass(frozen=True)
+class Deciding:
+    """What deciding a body takes besides the body, its caller and the time: plain data,
+    sent with each body to a worker process."""
+
+    limits: IngestLimits
+    mapping: SpanMapping
+    owner_of: Callable[[str], str | None]
+
+
+def decide_events(body: bytes | bytearray, principal: Principal, now: datetime,
+                  deciding: Deciding) -> ValidatedBatch:
+    """A `/v1/events` body's events, each stored, rejected or forbidden."""
+    limits = deciding.limits
+    max_age_s, window = age_limit(limits, principal)
+    # A body of a few events costs the whole-batch path's fixed part more
+    # than it saves (28 against 19 us for one event).
+    batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
+        body, limits.max_batch_events, principal, now=now,
+        max_future_s=limits.max_future_s, max_age_s=max_age_s,
+        owner_of=deciding.owner_of)
+    if batch is None:  # some event needs deciding on its own (or the body is bad)
+        batch = validate_batch(
+            parse_batch(body, limits.max_batch_events), principal, now=now,
+            max_future_s=limits.max_future_s, max_age_s=max_age_s,
+            owner_of=deciding.owner_of, window=window)
+    return batch
+
+
+def decide_spans(body: bytes | bytearray, media: str, principal: Principal, now: datetime,
+                 deciding: Deciding) -> tuple[SpanEvents, ValidatedBatch]:
+    """A `/v1/traces` body's spans, mapped to events, and those events decided."""
+    limits = deciding.limits
+    request = otlp.parse_request(body, media)
+    otlp.check_budget(request, limits.max_spans, limits.max_attributes)
+    mapped = events_of(otlp.spans_of(request), deciding.mapping)
+    if len(mapped.events) > limits.max_batch_events:
+        raise PayloadTooLarge(f"the spans make {len(mapped.events)} events, more than"
+                              f" the limit of {limits.max_batch_events}; send fewer"
+                              " spans per request")
+    max_age_s, window = age_limit(limits, principal)
+    batch = validate_batch([event for _, event in mapped.events], principal, now=now,
+                           max_future_s=limits.max_future_s, max_age_s=max_age_s,
+                           owner_of=deciding.owner_of, window=window)
+    if not len(batch.rows) and batch.forbidden:
+        raise Forbidden(_forbidden_summary(batch.forbidden))
+    return mapped, batch
+
+
 def build_router(
     pool: IngestPool,
     auth: Authenticator,
@@ -174,43 +223,9 @@ def build_router(
     in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
                               limits.max_in_flight_per_token)
     claims = ClaimCache()
-    mapping = span_mapping or SpanMapping()
-    work = WorkPool(limits.work_threads, limits.work_queue)
-
-    def decide_events(body: bytearray, principal: Principal) -> ValidatedBatch:
-        now = clock()
-        max_age_s, window = age_limit(limits, principal)
-        # A body of a few events costs the whole-batch path's fixed part more
-        # than it saves (28 against 19 us for one event).
-        batch = None if len(body) < WHOLE_MIN_BYTES else decide_whole(
-            body, limits.max_batch_events, principal, now=now,
-            max_future_s=limits.max_future_s, max_age_s=max_age_s,
-            owner_of=owner_of)
-        if batch is None:  # some event needs deciding on its own (or the body is bad)
-            batch = validate_batch(
-                parse_batch(body, limits.max_batch_events), principal, now=now,
-                max_future_s=limits.max_future_s, max_age_s=max_age_s,
-                owner_of=owner_of, window=window)
-        return batch
-
-    def decide_spans(body: bytearray, media: str, principal: Principal
-                     ) -> tuple[SpanEvents, ValidatedBatch]:
-        request = otlp.parse_request(body, media)
-        otlp.check_budget(request, limits.max_spans, limits.max_attributes)
-        mapped = events_of(otlp.spans_of(request), mapping)
-        if len(mapped.events) > limits.max_batch_events:
-            raise PayloadTooLarge(f"the spans make {len(mapped.events)} events, more than"
-                                  f" the limit of {limits.max_batch_events}; send fewer"
-                                  " spans per request")
-        return mapped, validated([event for _, event in mapped.events], principal)
-
-    def validated(raw: list[Any], principal: Principal) -> ValidatedBatch:
-        max_age_s, window = age_limit(limits, principal)
-        batch = validate_batch(raw, principal, now=clock(), max_future_s=limits.max_future_s,
-                               max_age_s=max_age_s, owner_of=owner_of, window=window)
-        if not len(batch.rows) and batch.forbidden:
-            raise Forbidden(_forbidden_summary(batch.forbidden))
-        return batch
+    deciding = Deciding(limits, span_mapping or SpanMapping(), owner_of)
+    work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
+                    preload=(__name__,))
 
     async def stored(batch: ValidatedBatch, team: str | None) -> tuple[int, JobClaimsCheck]:
         """Store a validated batch: how many of its events were new, and the job-claims
@@ -249,9 +264,10 @@ def build_router(
             body = await read_body(request, limit=limits.max_body_bytes,
                                    deadline_s=limits.body_deadline_s, charge=charge)
             if len(body) <= INLINE_MAX_BYTES:
-                batch = decide_events(body, principal)
+                batch = decide_events(body, principal, clock(), deciding)
             else:
-                batch = await work.run(decide_events, body, principal)
+                batch = await work.run(decide_events, body, principal, clock(),
+                                       deciding)
             del body  # nothing keeps the body alive past validation
             if not len(batch.rows) and batch.forbidden:
                 raise Forbidden(_forbidden_summary(batch.forbidden))
@@ -286,7 +302,8 @@ def build_router(
             body = await read_body(request, limit=limits.max_body_bytes,
                                    deadline_s=limits.body_deadline_s,
                                    media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
-            mapped, batch = await work.run(decide_spans, body, media, principal)
+            mapped, batch = await work.run(decide_spans, body, media, principal,
+                                           clock(), deciding)
             del body
             inserted, checked = await stored(batch, principal.team)
         # A span is rejected when any of its events is: its other events may be stored,

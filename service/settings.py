@@ -79,12 +79,12 @@ class Settings(BaseSettings):
         description="attributes (each resource's once, each span's) in one POST /v1/traces;"
                     " more get 413",
     )
-    work_threads: int = Field(
-        default=2, ge=1, description="threads that decode and validate request bodies",
+    work_processes: int = Field(
+        default=2, ge=1, description="worker processes that decode and validate request bodies",
     )
     work_queue: int = Field(
         default=16, ge=0,
-        description="requests waiting for a decoding thread; more get 503 + Retry-After",
+        description="requests waiting for a worker process; more get 503 + Retry-After",
     )
     annotation_max_body_bytes: int = Field(
         default=64 * 1024, ge=1024, description="body of POST /v1/annotations; more get 413",

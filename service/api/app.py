@@ -102,7 +102,7 @@ def create_app(ctx: AppContext) -> FastAPI:
         body_deadline_s=s.ingest_body_deadline_s,
         max_spans=s.otlp_max_spans,
         max_attributes=s.otlp_max_attributes,
-        work_threads=s.work_threads,
+        work_processes=s.work_processes,
         work_queue=s.work_queue,
     )
     taxonomy = ctx.aggregator.taxonomy if ctx.aggregator is not None else taxonomy_from(s)

@@ -23,9 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         alerts,
         dashboards,
         demo,
+        history,
         impact,
         migrate,
-        prune,
         report,
         serve,
         tokens,
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="ett", description="ETT telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (serve, migrate, aggregate, report, alerts, dashboards, tokens, demo, prune,
+    for group in (serve, migrate, aggregate, report, alerts, dashboards, tokens, demo, history,
                   advise, impact, slurm):
         group.register(sub)
     return parser

@@ -53,9 +53,11 @@ events = Table(
     # Unknown top-level fields, kept verbatim so a newer client loses nothing.
     Column("extra", JSONB),
     Column("received_at", TS, nullable=False, server_default=text("now()")),
-    PrimaryKeyConstraint("job_id", "event_id", "ts"),
-    Index("ix_events_job_id_ts", "job_id", "ts"),
-    Index("ix_events_received_at", "received_at", postgresql_using="brin"),
+    # Job first (every read is by job, in time order; the distribution column if the
+    # table is ever sharded, docs/scale-out.md), the partition column in the key.
+    PrimaryKeyConstraint("job_id", "ts", "event_id"),
+    # By month on ts (store/retention.py): retention drops whole months.
+    postgresql_partition_by="RANGE (ts)",
 )
 
 # A work queue rather than a received_at watermark: a watermark misses rows whose
