@@ -6,14 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-<<<<<<< HEAD
-from service.store.retention import prune
-from tests.factories import NOW, fixed, post_all, spec_example
-=======
 from service.store.retention import ensure_partitions, partitions, prune
-from tests.factories import event, spec_example
-from tests.test_aggregate import NOW, fixed, post_all
->>>>>>> main
+from tests.factories import NOW, event, fixed, post_all, spec_example
 
 
 def test_prune_drops_old_jobs_but_windows_stay_the_same(api, app_context, db_engine) -> None:
