@@ -1,7 +1,7 @@
-"""The aggregator: the only code that loads events, calls the engine and writes results.
+"""The aggregator: the only code that loads events, calls the core (`ett_core`) and writes results.
 
 A pass finds the jobs that received events since the last pass (the `dirty_jobs` queue)
-plus the open jobs whose result depends on `now`, recomputes each one completely, and
+plus the running jobs whose result depends on `now`, recomputes each one completely, and
 replaces its stored results in the same transaction that consumes its queue rows. A pass
 killed at any point leaves the previous results intact, and running a pass twice changes
 nothing. Several aggregators share the work through per-job advisory locks taken with
@@ -30,7 +30,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import Event, JobComputation, Taxonomy, compute_job
-from service.aggregation.open_job_cache import OpenJobCache
+from ett_core.instants import dt_to_us
+from service.aggregation.running_job_cache import RunningJobCache
 from service.settings import Settings, default
 from service.store import impact, state
 from service.store import results as store
@@ -121,7 +122,7 @@ class Aggregator:
         heartbeat_timeout_s: float = default("heartbeat_timeout_s"),
         batch_jobs: int = default("aggregate_batch_jobs"),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        open_job_cache_events: int = 2_000_000,
+        running_job_cache_events: int = 2_000_000,
     ) -> None:
         self.engine = engine
         self.taxonomy = taxonomy
@@ -130,7 +131,7 @@ class Aggregator:
         self.clock = clock
         self._listeners: list[Callable[[PassReport], None]] = []
         self._lock = threading.Lock()  # one pass at a time per process
-        self._cache = OpenJobCache(max_events=open_job_cache_events)
+        self._cache = RunningJobCache(max_events=running_job_cache_events)
         self.last_report: PassReport | None = None
         self.last_success_at: datetime | None = None
         self.passes_failed = 0
@@ -165,7 +166,7 @@ class Aggregator:
                 ensure_partitions_quietly(self.engine, now)
                 self._partitions_checked_on = now.date()
             with self.engine.connect() as conn:
-                dirty = store.dirty_candidates(conn)
+                queued = store.queued_jobs(conn)
                 # A quarantined job waits for new events: recomputed unchanged, it would
                 # fail the same way every pass. A new process may run fixed code, so its
                 # first pass retries them all once.
@@ -174,19 +175,19 @@ class Aggregator:
                 if not self._quarantine_retried:
                     retry, held = held, set()
                     self._quarantine_retried = True
-                jobs = sorted((set(dirty) | set(store.open_jobs(conn)) | retry)
+                jobs = sorted((set(queued) | set(store.running_jobs(conn)) | retry)
                               - (set() if recompute_all else held))
                 if not recompute_all:
                     total = len(jobs)
                 else:  # counted only for a progress bar; a share's size is not known ahead
                     total = store.count_jobs(conn) if progress and share is None else 0
-            if dirty and share is None:
-                report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())
+            if queued and share is None:
+                report.lag_seconds = max(0.0, (now - min(queued.values())).total_seconds())
             if not recompute_all:
                 self._cache.retain(jobs)
                 chunks = _chunked(jobs, self.batch_jobs)
             elif share is None:
-                # The queued and open jobs first (what a plain pass takes), then every job.
+                # The queued and running jobs first (what a plain pass takes), then every job.
                 chunks = itertools.chain(_chunked(jobs, self.batch_jobs),
                                          self._all_jobs(None, skip=set(jobs)))
             else:
@@ -241,23 +242,23 @@ class Aggregator:
             return compute_job(events, taxonomy=self.taxonomy, now_us=now_us,
                                heartbeat_timeout_us=self.heartbeat_timeout_us)
         except Exception as exc:  # one bad job must not stop the fleet's numbers
-            log.exception("aggregation: engine failed for job_id=%s", job_id)
+            log.exception("aggregation: computing job_id=%s failed", job_id)
             return f"engine: {type(exc).__name__}: {exc}"
 
     def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport,
                    remember: bool = True) -> None:
-        now_us = store.dt_to_us(now)
+        now_us = dt_to_us(now)
         with self.engine.begin() as conn:
             store.set_chunk_settings(conn)
             locked = store.try_lock_jobs(conn, job_ids)
             report.jobs_skipped_locked += len(job_ids) - len(locked)
             if not locked:
                 return
-            seqs = store.dirty_seqs(conn, locked)
+            seqs = store.queue_rows(conn, locked)
             queued = {job for job, _seq in seqs}
             # Running jobs with nothing new: their events, and the rows stored for them,
             # are what this process holds from its last pass
-            # (service/aggregation/open_job_cache.py).
+            # (service/aggregation/running_job_cache.py).
             cached = self._cache.reusable(conn, [j for j in locked if j not in queued])
             events = {job: entry.events for job, entry in cached.items()}
             missing = [j for j in locked if j not in cached]
@@ -314,7 +315,7 @@ class Aggregator:
             state.quarantine(conn, [(j, e, last_seq.get(j, 0)) for j, e in failed.items()],
                              now)
             state.release(conn, [j for j in locked if j not in failed])
-            store.consume_dirty(conn, [seq for _job, seq in seqs])
+            store.consume_queue_rows(conn, [seq for _job, seq in seqs])
             store.requeue(conn, deferred)  # read again once their future events are due
             computed = [(j, c) for j, c in computed if j not in failed]
             rows = {j: r for j, r in rows.items() if j not in failed}

@@ -1,4 +1,4 @@
-"""The token store: role-scoped API tokens, kept hashed in PostgreSQL (issue 9).
+"""The token store: role-scoped API tokens, kept hashed in PostgreSQL.
 
 A token is `ett_<token_id>_<secret>`: the id (also the row's key, shown by `ett tokens
 list`) and 256 random bits. Only SHA-256 of the whole token is stored. A slow password hash
@@ -246,8 +246,3 @@ class TokenStore:
                     self._uses[token_id] = max(at, self._uses.get(token_id, at))
             return 0
         return len(uses)
-
-    def forget(self) -> None:
-        """Drop the cache (tests; an operator never needs it: entries expire in one TTL)."""
-        with self._lock:
-            self._cache.clear()

@@ -1,4 +1,4 @@
-"""Checkpoint advice (docs/checkpoints.md): a thin route over service.results.advice."""
+"""Checkpoint advice (docs/checkpoints.md): a thin route over service.results.checkpoint_advice."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.access.callers import Reader
 from service.errors import Unprocessable
-from service.results.advice import checkpoint_advice
+from service.results.checkpoint_advice import checkpoint_advice
 from service.results.windows import parse_window
 
 from .answer_models import CheckpointAdvice

@@ -9,6 +9,7 @@ never through a closure.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,6 +72,7 @@ def build_context(
     export_aggregates: bool = False,
     ingest_url: str | None = None,
     clock: Callable[[], datetime] = utc_now,
+    token_clock: Callable[[], float] | None = None,
 ) -> AppContext:
     """Build the parts of one process over `engine`.
 
@@ -78,13 +80,15 @@ def build_context(
     through a pool of its own on the event loop, on `ingest_url` (default: `engine`'s
     database); `with_aggregator` adds the
     aggregator (and `POST /v1/aggregate`); `export_aggregates` registers its exporter on
-    `/metrics`, refreshed by every pass (the process that runs the aggregation loop).
+    `/metrics`, refreshed by every pass (the process that runs the aggregation loop);
+    `token_clock` is the token store's clock (a test's, so no test sleeps for a TTL).
     """
     # `_created` series double the exposition and no dashboard or rule reads them.
     disable_created_metrics()
     s = settings
     token_store = TokenStore(engine, cache_ttl_s=s.token_cache_ttl_s,
-                             last_used_flush_s=s.token_last_used_flush_s)
+                             last_used_flush_s=s.token_last_used_flush_s,
+                             clock=token_clock or time.monotonic)
     # Tokens from `ett tokens create`, beside the bootstrap admin token.
     auth = Authenticator(admin_token or s.admin_token_value(), token_store.lookup,
                          peek=token_store.peek)

@@ -20,7 +20,7 @@ from .query_params import reject_unknown
 
 def _storable(**params: str | None) -> None:
     """PostgreSQL text cannot hold U+0000: such a parameter can match nothing, and sending it
-    would fail the query (a 500, found by tests/test_schemathesis.py)."""
+    would fail the query (a 500, found by tests/api/test_schemathesis.py)."""
     for name, value in params.items():
         if value is not None and "\x00" in value:
             raise Unprocessable(f"{name}: must not contain the character U+0000")

@@ -260,7 +260,7 @@ class AggregatorCollector(Collector):
             labels=["model", "team"],
         )
         running = GaugeMetricFamily(
-            "ett_jobs_running", "Jobs with an open attempt.", labels=["model", "team"]
+            "ett_jobs_running", "Jobs with a running attempt.", labels=["model", "team"]
         )
         failures = CounterMetricFamily(
             "ett_failures", "Interruptions (NoF) by cause.", labels=["model", "team", "cause"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ett_core.events import PHASE_TYPES
 from service.store.copy_text import EventRow, EventRows
 
 from .event import (
@@ -41,7 +42,6 @@ from .rejections import every_error
 # What `datetime.fromisoformat` and PostgreSQL's timestamptz input read identically, already
 # in UTC, to the microsecond: stored as sent. Other offsets take the slow path (normalised).
 _UTC_TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|\+00:00)")
-_PHASE_TYPES = frozenset({"phase_start", "phase_end"})
 
 
 class WriteScope(Protocol):
@@ -110,7 +110,7 @@ def _plain_row(obj: Any, lo: datetime, hi: datetime, names: set[str]) -> EventRo
         return None
     phase, gpus, team, rank = get("phase"), get("gpus"), get("team"), get("rank")
     if phase is None:
-        if etype in _PHASE_TYPES:
+        if etype in PHASE_TYPES:
             return None
     elif phase not in names or phase in RESERVED_PHASES:
         return None

@@ -10,18 +10,8 @@ from service.api.app import create_app
 from service.api.context import build_context
 from service.settings import Settings
 from tests import factories
-from tests.access.test_access import (
-    RECENT,
-    client,
-    event,
-    make_client,
-    post,
-    taxonomy_file,
-    token,
-)
+from tests.access.access_helpers import RECENT, event, post, token
 from tests.conftest import ADMIN_TOKEN
-
-__all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,24 +12,10 @@ from service.api.app import create_app
 from service.api.context import build_context
 from service.settings import Settings
 from tests.conftest import ADMIN_TOKEN
-from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all
+from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all, sign_in
 from tests.factories import event, spec_example
 
-pytestmark = pytest.mark.db
 PAGES = ("/ui/", "/ui/teams/ads", "/ui/models/model-a", "/ui/jobs/job-1", "/ui/search?job_id=x")
-
-
-def sign_in(client: TestClient, token: str = ADMIN_TOKEN) -> Any:
-    return client.post("/ui/login", data={"token": token, "next": "/ui/"},
-                       follow_redirects=False)
-
-
-@pytest.fixture
-def browser(api: TestClient) -> TestClient:
-    """The same app as `api`, signed in to the console with a cookie (and no bearer)."""
-    client = TestClient(api.app)
-    assert sign_in(client).status_code == 303
-    return client
 
 
 def test_root_redirects_to_the_console(api: TestClient) -> None:
@@ -244,7 +229,7 @@ def test_sign_in_when_the_token_store_cannot_answer_is_a_503_with_a_message() ->
     from service.store.engine import make_engine
     from tests.conftest import free_port
 
-    # A real engine on a port where no PostgreSQL listens: the token store cannot tell.
+    # A real SQLAlchemy engine on a port where no PostgreSQL listens: the token store cannot tell.
     dead = make_engine(f"postgresql+psycopg://ett@127.0.0.1:{free_port()}/ett", pool_size=1)
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
     ctx = build_context(settings, dead, with_aggregator=False)

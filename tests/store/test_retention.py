@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 
 from service.store.retention import ensure_partitions, partitions, prune
-from tests.factories import event, spec_example
-from tests.test_aggregate import NOW, fixed, post_all
+from tests.factories import NOW, event, fixed, post_all, spec_example
 
 
 def test_prune_drops_old_jobs_but_windows_stay_the_same(api, app_context, db_engine) -> None:

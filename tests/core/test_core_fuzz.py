@@ -1,13 +1,14 @@
-"""Random event streams with wrong types and nonsense values never make the engine raise."""
+"""Random event streams with wrong types and nonsense values never make the core raise."""
 
 from __future__ import annotations
 
 import random
 
-from engine_strategies import garbage_streams
+from core_strategies import garbage_streams
 from hypothesis import given, settings
 
 from ett_core import Event, Taxonomy, compute_job
+from ett_core.events import EVENT_TYPES
 
 TAXONOMY = Taxonomy.default()
 MINUTE = 60_000_000
@@ -29,17 +30,7 @@ def random_event(rnd: random.Random, index: int, base: int) -> Event:
         job_id=anything(rnd, "job", "job", "other"),
         attempt=anything(rnd, 0, 1, 2, 7),
         model=anything(rnd, "m"),
-        type=anything(
-            rnd,
-            "allocated",
-            "released",
-            "phase_start",
-            "phase_end",
-            "checkpoint",
-            "failure",
-            "heartbeat",
-            "explode",
-        ),
+        type=anything(rnd, *EVENT_TYPES, "explode"),
         phase=anything(
             rnd, "training", "checkpoint_save", "compilation", "mystery", "lost_progress"
         ),

@@ -6,7 +6,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping
 
-from engine_strategies import Stream, streams
+from core_strategies import Stream, streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -2,7 +2,7 @@
 
 The sums come from `checkpoint_attempts` (written with each job's results; summed over the
 attempts that started in the window by `store/queries.checkpoint_sums`); the formulas
-are the engine's (ett_core.checkpoint_advice). The answers are plain dicts, so the API,
+are the core's (ett_core.checkpoint_advice). The answers are plain dicts, so the API,
 the CLI and the console render the same thing. Never commits.
 """
 

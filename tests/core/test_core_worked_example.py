@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from engine_helpers import Job, at, compute, in_minutes, minutes
+from core_helpers import Job, at, compute, in_minutes, minutes
 
 from ett_core.taxonomy import COMPONENTS
 

@@ -219,9 +219,10 @@ def test_spans_obey_the_token_scopes_of_events(api, db_engine) -> None:
 
 def test_a_seeded_trainer_repeating_its_span_ids_on_a_restart_reads_two_attempts(
         api, app_context) -> None:
-    """Trust round 2, defect 2: OpenTelemetry's default id generator draws from `random`, so
+    """OpenTelemetry's default id generator draws from `random`, so
     a trainer that seeds it exports the same trace and span ids on every restart. Attempt 1
-    (30 min later, the same ids) was a silent duplicate of attempt 0: one attempt, 100 s."""
+    (30 min later, the same ids) is an attempt of its own, not a silent duplicate of attempt
+    0 (which would read one attempt, 100 s)."""
     base = base_ns()
     first = one_logger_job(base, failed=True)
     restart = []
@@ -242,7 +243,7 @@ def test_a_seeded_trainer_repeating_its_span_ids_on_a_restart_reads_two_attempts
     assert result["held_seconds"] == 200
 
 
-# --- issue 26, defect 1: the work budget, and the work off the event loop -----------------
+# --- the work budget, and the work off the event loop -----------------
 
 
 @pytest.fixture

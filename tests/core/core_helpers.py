@@ -1,4 +1,4 @@
-"""Builders for engine tests: events in minutes from an arbitrary epoch instant."""
+"""Builders for the core's tests: events in minutes from an arbitrary epoch instant."""
 
 from __future__ import annotations
 

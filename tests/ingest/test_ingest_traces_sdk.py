@@ -98,7 +98,7 @@ def test_sdk_exported_spans_are_measured_like_the_same_phases_as_events(service,
     assert posted.status_code == 202 and not posted.json()["rejected"], posted.text
     from_spans = result(service, job)
     assert from_spans == result(service, job + "-events")
-    # By hand (tests/test_ingest_traces.py): 76 s effective, or 45 s after 31 s of lost
+    # By hand (tests/ingest/test_ingest_traces.py): 76 s effective, or 45 s after 31 s of lost
     # progress when the application span failed.
     want = 45 if failed else 76
     assert from_spans["components"]["effective_training"] == want

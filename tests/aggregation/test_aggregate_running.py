@@ -1,7 +1,7 @@
 """Passes over running jobs: the cached events and the partial rewrites of
-`service.aggregation.open_job_cache` and `store.results.update_jobs` must store exactly what a full
-recompute from nothing stores, and the model-sharded recompute of `service.aggregation.recompute`
-exactly what one process does."""
+`service.aggregation.running_job_cache` and `store.results.update_jobs` must store exactly
+what a full recompute from nothing stores, and the model-sharded recompute of
+`service.aggregation.recompute` exactly what one process does."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from ett_core import Taxonomy
 from service.aggregate import Aggregator, model_share
 from service.aggregation.recompute import recompute_all
 from service.settings import Settings
-from tests.factories import BASE, event
-from tests.test_aggregate import demo_events, fixed, post_all, results_state, wipe_results
+from tests.factories import BASE, demo_events, event, fixed, post_all, results_state, wipe_results
 
 HOURS = 30
 CUT = BASE + timedelta(hours=HOURS)  # the demo fleet's last event; jobs are mid-run here

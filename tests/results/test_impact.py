@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
@@ -12,38 +12,10 @@ from ett_core.impact import cohort_of, impact, job_impact
 from service.access import tokens
 from service.store.impact import glob_to_like
 from service.store.results import load_events
-from tests.factories import BASE, event, spec_example, ts
-from tests.test_aggregate import fixed, post_all
+from tests.factories import NOW, event, faster_recovery, labelled, post_all, spec_example
 
 MIN = 60.0
 WINDOW = {"baseline_start": "2026-10-31T00:00:00Z", "baseline_end": "2026-11-21T00:00:00Z"}
-NOW = datetime(2026, 11, 20, tzinfo=UTC)
-
-
-@pytest.fixture
-def agg(app_context):
-    app_context.aggregator.clock = fixed(NOW)
-    return app_context.aggregator
-
-
-def labelled(events: list[dict], **labels: str) -> list[dict]:
-    for e in events:
-        if e["type"] == "allocated":
-            e["attrs"] = {"labels": labels}
-    return events
-
-
-def faster_recovery(job_id: str, hours_later: int = 0) -> list[dict]:
-    """The worked example with the restart's compilation cut from 5 to 1 minute (93-94);
-    training then runs 94-158, so effective = 30 + 64 = 94 min of 160 held."""
-    out = []
-    base = BASE + timedelta(hours=hours_later)
-    for e in spec_example(job_id, base=base):
-        if e.get("attempt") == 1 and e.get("phase") in ("compilation", "training") and (
-                e["ts"] == ts(98, base)):
-            e["ts"] = ts(94, base)
-        out.append(e)
-    return out
 
 
 def running_job(job_id: str) -> list[dict]:
@@ -106,7 +78,7 @@ def test_impact_of_a_faster_recovery_by_label(api, agg, db_engine) -> None:
     # mean TTR 44 -> 40 min; mean TTS 20 min on both sides: the ratio's denominator is 0
     assert (b["mean_ttr_seconds"], c["mean_ttr_seconds"]) == (44 * MIN, 40 * MIN)
     assert doc["ttr_to_tts_reduction"] is None
-    # The SQL sums equal the engine's figures summed in Python for the same jobs.
+    # The SQL sums equal the core's figures summed in Python for the same jobs.
     comps = {}
     with db_engine.connect() as conn:
         for job in ("base-1", "opt-1", "opt-run"):
@@ -170,20 +142,18 @@ def test_annotations_roles_listing_and_impact_around(api, db_engine, agg) -> Non
                                           "tags": ["compile"], "models": ["ads_*"]})
     assert r.status_code == 201
     note = r.json()["id"]
-    if True:
-        other = api
-        w = other.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
-                       json={"ts": "2026-11-02T00:00:00Z", "title": "async ckpt"})
-        assert w.status_code == 201
-        denied = other.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
-                            json={"title": "x", "team": "search"})
-        assert denied.status_code == 403 and "only for team 'ads'" in denied.json()["detail"]
-        ro = other.post("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
-                        json={"title": "x"})
-        assert ro.status_code == 403
-        listed = other.get("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
-                           params={"start": "2026-10-31T00:00:00Z",
-                                   "end": "2026-11-21T00:00:00Z", "team": "ads"}).json()
+    w = api.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
+                 json={"ts": "2026-11-02T00:00:00Z", "title": "async ckpt"})
+    assert w.status_code == 201
+    denied = api.post("/v1/annotations", headers={"Authorization": f"Bearer {writer}"},
+                      json={"title": "x", "team": "search"})
+    assert denied.status_code == 403 and "only for team 'ads'" in denied.json()["detail"]
+    ro = api.post("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
+                  json={"title": "x"})
+    assert ro.status_code == 403
+    listed = api.get("/v1/annotations", headers={"Authorization": f"Bearer {reader}"},
+                     params={"start": "2026-10-31T00:00:00Z",
+                             "end": "2026-11-21T00:00:00Z", "team": "ads"}).json()
     titles = [(a["title"], a["team"]) for a in listed["annotations"]]
     assert titles == [("pt2 cache", None), ("async ckpt", "ads")]
     bad = api.post("/v1/annotations", json={"title": ""})

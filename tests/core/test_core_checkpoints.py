@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine_helpers import Job, compute, minutes
-from engine_strategies import streams
+from core_helpers import Job, compute, minutes
+from core_strategies import streams
 from hypothesis import given, settings
 
 from ett_core import Taxonomy, compute_job

@@ -30,7 +30,7 @@ from service.access import tokens
 from service.aggregate import Aggregator
 from service.store.engine import EmbeddedPostgres, make_engine
 from tests.conftest import REPO, ServiceProcess, create_database
-from tests.test_aggregate import demo_events, fixed, post_all, results_state, wipe_results
+from tests.factories import demo_events, post_all, results_state, wipe_results
 
 pytestmark = pytest.mark.slow
 
@@ -260,12 +260,6 @@ def aggregators() -> Iterator[list[subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-@pytest.fixture
-def agg(app_context):
-    app_context.aggregator.clock = fixed()
-    return app_context.aggregator
 
 
 def test_aggregator_loops_killed_repeatedly_while_events_arrive_equal_an_undisturbed_run(

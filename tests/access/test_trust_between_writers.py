@@ -1,5 +1,5 @@
-"""Trust, round 2: sums that cannot overflow, no future time counted now, and the ingest
-window."""
+"""Trust between writers: sums that cannot overflow, no future time counted now, and the
+ingest window."""
 
 from __future__ import annotations
 
@@ -7,19 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from tests.access.test_access import client, make_client, post, taxonomy_file, token
-from tests.factories import BASE, event
-from tests.test_aggregate import fixed, post_all
-
-__all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
+from tests.access.access_helpers import post, token
+from tests.factories import BASE, event, fixed, post_all
 
 MAX_GPUS = 2 ** 20
 
 
 def test_a_model_day_of_120_jobs_at_the_gpu_bound_is_stored_and_read(api, app_context,
                                                                       db_engine) -> None:
-    """Defect 10: 120 jobs at 2^20 GPUs in one model for one UTC day is 1.09e19
-    GPU-microseconds, past a bigint: `fleet_daily` failed with `bigint out of range`."""
+    """120 jobs at 2^20 GPUs in one model for one UTC day is 1.09e19 GPU-microseconds, past
+    a bigint: `fleet_daily` still stores it (no `bigint out of range`)."""
     day = BASE.replace(hour=0, minute=0)
     events = []
     for i in range(120):
@@ -48,8 +45,8 @@ def test_a_model_day_of_120_jobs_at_the_gpu_bound_is_stored_and_read(api, app_co
 
 def test_a_release_stamped_ahead_of_the_server_is_not_counted_before_it_happens(
         api, app_context) -> None:
-    """Defect 11: a `released` 290 s in the future (within the 300 s skew allowance) was
-    counted as held time at once: 890 s held at a moment only 600 s had passed."""
+    """A `released` 290 s in the future (within the 300 s skew allowance) is not counted as
+    held time at once (890 s held at a moment only 600 s have passed)."""
     now = datetime.now(UTC).replace(microsecond=0)
     start = (now - timedelta(seconds=600)).isoformat()
     job = dict(job_id="ahead", model="m", base=now)
@@ -71,8 +68,8 @@ def test_a_release_stamped_ahead_of_the_server_is_not_counted_before_it_happens(
 
 def test_a_writer_may_not_send_events_older_than_the_ingest_window(make_client,
                                                                     db_engine) -> None:
-    """Defect 4: allocated at now - 399 d and released now made 9,600 segment and rollup
-    rows per job from two events. A writer's events older than ETT_INGEST_MAX_AGE (7 days)
+    """Allocated at now - 399 d and released now would make 9,600 segment and rollup rows
+    per job from two events, so a writer's events older than ETT_INGEST_MAX_AGE (7 days)
     are rejected per event, naming the window and the backfill path; an admin backfills."""
     client = make_client()
     writer = token(db_engine, "writer", "ads", ("ads_*",))
@@ -101,7 +98,7 @@ def test_the_ingest_window_is_a_setting(make_client, db_engine) -> None:
 
 
 def test_a_reader_names_a_moved_job_by_its_team_namespaced_name(api, app_context) -> None:
-    """Defect 3: the job a team's events went to, because another team wrote the id first,
+    """The job a team's events went to, because another team wrote the id first,
     reads back under the name the 202 answer gave."""
     first = [event("allocated", 0, job_id="slurm-7", model="feed_x", gpus=1, team="feed"),
              event("released", 10, job_id="slurm-7", model="feed_x")]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine_helpers import Job, compute
-from test_engine_worked_example import worked_example
+from core_helpers import Job, compute
+from test_core_worked_example import worked_example
 
 from ett_core.taxonomy import COMPONENTS
 

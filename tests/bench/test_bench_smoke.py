@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
+
 NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
          "reads", "console", "otlp", "advice", "slow_clients", "impact", "ingest_window",
          "loop_stall", "fleet_180d", "small_writers")

@@ -1,4 +1,4 @@
-"""The engine is pure: standard library only, and it never reads the clock."""
+"""The core is pure: standard library only, and it never reads the clock."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def imported_roots(tree: ast.AST) -> set[str]:
     return roots
 
 
-def test_the_engine_has_modules_to_check():
+def test_the_core_has_modules_to_check():
     assert len(MODULES) >= 10
 
 
-def test_the_engine_imports_only_the_standard_library_and_itself():
+def test_the_core_imports_only_the_standard_library_and_itself():
     allowed = set(sys.stdlib_module_names) | {"ett_core", "__future__"}
     offenders = {
         path.name: sorted(imported_roots(ast.parse(path.read_text())) - allowed) for path in MODULES
@@ -35,7 +35,7 @@ def test_the_engine_imports_only_the_standard_library_and_itself():
     assert {name: bad for name, bad in offenders.items() if bad} == {}
 
 
-def test_the_engine_never_reads_the_clock():
+def test_the_core_never_reads_the_clock():
     calls = []
     for path in MODULES:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -2,77 +2,32 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
 
 from ett_core import Taxonomy
 from service.aggregate import Aggregator
-from service.demo.fleet import FleetSpec, fleet_events
 from tests.conftest import REPO
-from tests.factories import BASE, event, spec_example
+from tests.factories import (
+    BASE,
+    demo_events,
+    event,
+    fixed,
+    post_all,
+    results_state,
+    spec_example,
+    wipe_results,
+)
 
-NOW = datetime(2026, 11, 20, tzinfo=UTC)  # long after every event in these tests
 MIN = 60.0
-
-
-def fixed(now: datetime = NOW):
-    return lambda: now
-
-
-@pytest.fixture
-def agg(app_context):
-    app_context.aggregator.clock = fixed()
-    return app_context.aggregator
-
-
-def results_state(engine) -> dict[str, list]:
-    """Every derived table, in a comparable form (computed_at is when, not what)."""
-    queries = {
-        "jobs": "SELECT job_id, model, team, state, first_at, last_at, open, held_gpu_seconds,"
-                " effective_gpu_seconds, at_risk_gpu_seconds, nof, tts_seconds, ttr_seconds,"
-                " ttr_causes, result FROM jobs ORDER BY job_id",
-        "attempts": "SELECT * FROM attempts ORDER BY job_id, attempt",
-        "segments": "SELECT * FROM segments ORDER BY job_id, seq",
-        "rollup": "SELECT * FROM rollup_hourly ORDER BY job_id, hour, component, phase, owner",
-        "fleet": "SELECT * FROM fleet_hourly WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
-                 " ORDER BY hour, model, team, component, phase, owner",
-        "daily": "SELECT * FROM fleet_daily WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
-                 " ORDER BY day, model, team, component, phase, owner",
-        "totals": "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0"
-                  " ORDER BY model, team, component, owner",
-        "impact": "SELECT * FROM job_impact ORDER BY job_id",
-    }
-    with engine.connect() as conn:
-        return {k: [tuple(r) for r in conn.execute(text(q))] for k, q in queries.items()}
-
-
-def wipe_results(engine) -> None:
-    with engine.begin() as conn:
-        conn.execute(text("TRUNCATE jobs, attempts, segments, rollup_hourly, fleet_hourly,"
-                          " fleet_daily, settled_totals"))
-
-
-def demo_events(models: int = 6, hours: float = 30, seed: int = 3) -> list[dict]:
-    """A few days of the simulated fleet, ending long before NOW."""
-    start = BASE
-    cut = (start + timedelta(hours=hours)).timestamp()
-    spec = FleetSpec(models=models, seed=seed)
-    return [ev for t, ev in itertools.takewhile(lambda x: x[0] < cut, fleet_events(spec, start))]
-
-
-def post_all(api, events: list[dict], size: int = 1000) -> None:
-    for i in range(0, len(events), size):
-        r = api.post("/v1/events", json={"events": events[i:i + size]})
-        assert r.status_code == 202 and not r.json()["rejected"], r.text
 
 
 def test_the_spec_worked_example_reads_back_through_the_api(api, agg) -> None:

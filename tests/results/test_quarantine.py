@@ -1,10 +1,9 @@
-"""Isolation (issue 15, defect 1): a job whose computation or storage fails is quarantined,
+"""Isolation: a job whose computation or storage fails is quarantined,
 and every other job of the pass still gets its results."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,9 +11,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from service.metrics.collector import register_aggregator_metrics
-from tests.factories import event, spec_example
-
-NOW = datetime(2026, 11, 20, tzinfo=UTC)
+from tests.factories import NOW, event, spec_example
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from engine_helpers import Job, at, compute, in_minutes, minutes
-from engine_strategies import MINUTE, plausible_streams
+from core_helpers import Job, at, compute, in_minutes, minutes
+from core_strategies import MINUTE, plausible_streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

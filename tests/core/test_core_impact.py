@@ -7,7 +7,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 import pytest
-from engine_strategies import streams
+from core_strategies import streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from ett_core import Event
+from ett_core.events import EVENT_TYPES
 from ett_core.instants import format_rfc3339_us
 
 MINUTE = 60_000_000
@@ -125,17 +126,7 @@ def garbage_streams(draw: st.DrawFn) -> Stream:
     for _ in range(draw(st.integers(1, 30))):
         emit(
             draw(
-                st.sampled_from(
-                    [
-                        "allocated",
-                        "released",
-                        "phase_start",
-                        "phase_end",
-                        "checkpoint",
-                        "failure",
-                        "heartbeat",
-                    ]
-                )
+                st.sampled_from(EVENT_TYPES)
             ),
             base + draw(st.integers(0, 120)) * MINUTE,
             draw(st.integers(0, 3)),

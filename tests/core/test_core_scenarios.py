@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from engine_helpers import Job, at, compute, in_minutes, minutes
+from core_helpers import Job, at, compute, in_minutes, minutes
 
 from ett_core import Taxonomy
 
@@ -127,7 +127,7 @@ def test_time_after_the_last_news_of_an_open_attempt_is_unsettled():
         ("launcher_init", False, 5),
     ]
     assert result.result.at_risk_us == 0
-    # Never reached training: the whole open attempt is startup, i.e. TTS.
+    # Never reached training: the whole running attempt is startup, i.e. TTS.
     assert minutes(result.result.level1.tts_us) == 9
 
 
@@ -204,7 +204,7 @@ def test_a_background_phase_owns_no_time():
 
 
 def test_out_of_order_and_duplicated_delivery_changes_nothing():
-    from test_engine_worked_example import worked_example
+    from test_core_worked_example import worked_example
 
     events = worked_example().events
     in_order = compute(events)

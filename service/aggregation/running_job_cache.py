@@ -1,8 +1,8 @@
 """The events of running jobs, and the rows stored for them, kept between passes.
 
 Every pass recomputes every running job, because its result grows with `now`; most of
-them received nothing new, yet loading their events again and replacing all their rows
-was most of an incremental pass (docs/performance.md). With the rows this process wrote
+them received nothing new, and loading their events again and replacing all their rows
+would be most of an incremental pass (docs/performance.md). With the rows this process wrote
 last time, a pass rewrites only what changed (`store.results.update_jobs`).
 
 Events are append-only, and every batch that adds to a job queues that job in
@@ -35,7 +35,7 @@ class Entry:
     rows: JobRows
 
 
-class OpenJobCache:
+class RunningJobCache:
     def __init__(self, max_events: int) -> None:
         self.max_events = max_events
         self._entries: dict[str, Entry] = {}

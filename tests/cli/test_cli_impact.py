@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
-from tests.factories import spec_example
-from tests.test_impact import faster_recovery, labelled
+from tests.factories import faster_recovery, labelled, spec_example
 
 MIN = 60.0
 

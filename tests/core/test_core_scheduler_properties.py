@@ -3,7 +3,7 @@ with a scheduler's allocations, releases and failures around (or instead of) the
 
 from __future__ import annotations
 
-from engine_strategies import MINUTE, Stream, streams
+from core_strategies import MINUTE, Stream, streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -166,7 +166,7 @@ def test_order_and_redelivery_change_nothing_with_the_scheduler(stream, rnd):
 @st.composite
 def mixed_garbage(draw: st.DrawFn) -> Stream:
     """Any event of a garbage stream may claim to be the scheduler's."""
-    from engine_strategies import garbage_streams
+    from core_strategies import garbage_streams
 
     events, now, timeout = draw(garbage_streams())
     marked = [e._replace(attrs={**e.attrs, "source": SCHED}) if draw(st.booleans()) else e
