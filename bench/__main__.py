@@ -1,4 +1,5 @@
-"""`python -m bench [--quick] [--only NAME ...] [--fleet-models N] [--fleet-days D] [--runs N]`."""
+"""`python -m bench [--quick] [--only NAME ...] [--fleet-models N] [--fleet-days D] [--runs N]
+[--scale S]`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from . import (
     aggregation,
     console,
     engine,
+    fleet_180d,
     impact,
     ingest,
     ingest_window,
@@ -45,6 +47,7 @@ BENCHMARKS = {
     "impact": (impact, True),
     "ingest_window": (ingest_window, True),
     "loop_stall": (loop_stall, True),
+    "fleet_180d": (fleet_180d, True),
     "small_writers": (small_writers, True),
 }
 
@@ -60,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fleet-days", type=float, default=None,
                    help="aggregation history in days (default 3; quick 1)")
     p.add_argument("--runs", type=int, default=None,
-                   help="aggregation: measured runs (default 5; fewer for a full-size fleet)")
+                   help="aggregation: measured runs (default 5; fewer for a full-size fleet);"
+                        " fleet_180d: recompute and scan pairs (default 1)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="fleet_180d: the share of its 180 days to run (default 1; quick 0.01)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     names = args.only or list(BENCHMARKS)
@@ -77,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "aggregation":
                     module.run(pg, args.quick, models=args.fleet_models, days=args.fleet_days,
                                runs=args.runs)
+                elif name == "fleet_180d":
+                    module.run(pg, args.quick, scale=args.scale, runs=args.runs)
                 else:
                     module.run(pg, args.quick)
             except Exception:

@@ -48,13 +48,14 @@ def _time(fn: Any, runs: int) -> list[float]:
 def _write_cost(engine: Any, now: datetime) -> tuple[float, int]:
     """Milliseconds to replace every job's checkpoint facts once (rolled back)."""
     from ett_core import Taxonomy, compute_job
+    from ett_core.instants import dt_to_us
     from service.store import results as store
     from service.store.results import replace_checkpoint_facts
 
     with engine.connect() as conn:
         jobs = [r[0] for r in conn.execute(text("SELECT job_id FROM jobs"))]
         events = store.load_events(conn, jobs)
-    now_us = store.dt_to_us(now)
+    now_us = dt_to_us(now)
     computed = {j: compute_job(events[j], taxonomy=Taxonomy.default(), now_us=now_us,
                                heartbeat_timeout_us=600_000_000) for j in jobs if events.get(j)}
     with engine.connect() as conn, conn.begin() as tx:
@@ -68,7 +69,7 @@ def _write_cost(engine: Any, now: datetime) -> tuple[float, int]:
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     from ett_core import Taxonomy
     from service.aggregate import Aggregator
-    from service.results.advice import checkpoint_advice, fleet_checkpoint_advice
+    from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
     from service.store.engine import make_engine
 
     models, days = (20, 1) if quick else (500, 1)

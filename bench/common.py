@@ -154,6 +154,19 @@ def libpq_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def writer_token(url: str, team: str, patterns: tuple[str, ...]) -> str:
+    """A new writer token of `team` for the model name patterns, straight into the database."""
+    from service.access import tokens
+
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            _info, secret = tokens.create_token(conn, "writer", team, patterns)
+    finally:
+        engine.dispose()
+    return secret
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ Events up to `cutoff` are copied; the ones in (cutoff, cutoff + live_s] are retu
 from __future__ import annotations
 
 import multiprocessing as mp
+import zlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,10 +21,21 @@ from .loadgen import COPY_COLUMNS, _copy_field
 CHUNK_ROWS = 50_000
 
 
-def _worker(args: tuple[str, int, int, int, float, float, float]) -> tuple[int, list[Any]]:
+def labelled(ev: dict[str, Any]) -> dict[str, Any]:
+    """The event with cohort labels on its allocation (half the jobs `variant=baseline`,
+    half `variant=optimized`, by job id), as a team comparing a change would send."""
+    if ev.get("type") != "allocated":
+        return ev
+    k = zlib.crc32(ev["job_id"].encode())
+    labels = {"variant": ("baseline", "optimized")[k % 2], "cluster": f"c{k % 3}"}
+    return {**ev, "attrs": {**(ev.get("attrs") or {}), "labels": labels}}
+
+
+def _worker(args: tuple[str, int, int, int, float, float, float, bool]
+            ) -> tuple[int, list[Any]]:
     import psycopg
 
-    dsn, models, worker, workers, start_ts, cutoff_ts, live_s = args
+    dsn, models, worker, workers, start_ts, cutoff_ts, live_s, labels = args
     spec = FleetSpec(models=models)
     copied, live, lines = 0, [], []
     sql = f"COPY events ({', '.join(COPY_COLUMNS)}) FROM STDIN"
@@ -41,6 +53,7 @@ def _worker(args: tuple[str, int, int, int, float, float, float]) -> tuple[int, 
             while sim.t <= cutoff_ts + live_s:
                 for t, ev in sim.next_job():
                     if t <= cutoff_ts:
+                        ev = labelled(ev) if labels else ev
                         lines.append("\t".join(_copy_field(ev.get(c)) for c in COPY_COLUMNS))
                         copied += 1
                         if len(lines) >= CHUNK_ROWS:
@@ -53,10 +66,12 @@ def _worker(args: tuple[str, int, int, int, float, float, float]) -> tuple[int, 
 
 
 def generate(dsn: str, models: int, days: float, cutoff: datetime, live_s: float = 0.0,
-             workers: int = 2) -> tuple[int, list[dict[str, Any]]]:
-    """COPY `days` of a `models`-model fleet ending at `cutoff`; return (count, live events)."""
+             workers: int = 2, labels: bool = False) -> tuple[int, list[dict[str, Any]]]:
+    """COPY `days` of a `models`-model fleet ending at `cutoff`; return (count, live events).
+    With `labels`, allocations carry cohort labels (`labelled`)."""
     start = (cutoff - timedelta(days=days)).timestamp()
-    jobs = [(dsn, models, w, workers, start, cutoff.timestamp(), live_s) for w in range(workers)]
+    jobs = [(dsn, models, w, workers, start, cutoff.timestamp(), live_s, labels)
+            for w in range(workers)]
     with mp.get_context("spawn").Pool(workers) as pool:
         parts = pool.map(_worker, jobs)
     import psycopg

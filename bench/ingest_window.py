@@ -25,21 +25,9 @@ import httpx
 import orjson
 from sqlalchemy import create_engine, text
 
-from .common import ADMIN_TOKEN, Postgres, ett_serve, record
+from .common import ADMIN_TOKEN, Postgres, ett_serve, record, writer_token
 
 NAME = "ingest_window"
-
-
-def _writer_token(url: str) -> str:
-    from service.access import tokens
-
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            _info, secret = tokens.create_token(conn, "writer", "ads", ("ads_*",))
-    finally:
-        engine.dispose()
-    return secret
 
 
 def _request(jobs: int, age: timedelta, now: datetime) -> list[dict[str, Any]]:
@@ -79,7 +67,7 @@ def _case(pg: Postgres, name: str, token: str | None, jobs: int, age: timedelta
     url = pg.create_database(f"bench_window_{name}")
     try:
         with ett_serve(url) as srv:
-            secret = token or _writer_token(url)
+            secret = token or writer_token(url, "ads", ("ads_*",))
             now = datetime.now(UTC) - timedelta(seconds=5)
             body = orjson.dumps({"events": _request(jobs, age, now)})
             r = httpx.post(srv.url + "/v1/events", content=body, timeout=120,

@@ -37,26 +37,13 @@ import httpx
 import orjson
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from sqlalchemy import create_engine
 
-from .common import ADMIN_TOKEN, Postgres, ett_serve, record
+from .common import ADMIN_TOKEN, Postgres, ett_serve, record, writer_token
 
 NAME = "loop_stall"
 TARGET_MS = 100.0
 TIMEOUT_S = 300.0
 MAX_BODIES = 200
-
-
-def _writer_token(url: str) -> str:
-    from service.access import tokens
-
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            _info, secret = tokens.create_token(conn, "writer", "search", ("search*",))
-    finally:
-        engine.dispose()
-    return secret
 
 
 def _now_ns() -> int:
@@ -200,7 +187,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     reps, min_s = (1, 1.0) if quick else (3, 8.0)
     routes: dict[str, Any] = {}
     with ett_serve(url) as srv:
-        writer = _writer_token(url)
+        writer = writer_token(url, "search", ("search*",))
         # The probes alone first: what the machine gives when nothing else is sent.
         bodies = {"idle": lambda: ("", {}, b""), **_worst_bodies(quick)}
         for name, make in bodies.items():

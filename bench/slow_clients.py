@@ -18,25 +18,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine
 
-from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, record, spread
+from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, record, spread, writer_token
 
 NAME = "slow_clients"
 STALLED = 130
 DEADLINE_S = 5.0
-
-
-def _writer_token(url: str) -> str:
-    from service.access import tokens
-
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            _info, secret = tokens.create_token(conn, "writer", "ads", ("ads_*",))
-    finally:
-        engine.dispose()
-    return secret
 
 
 def _stall(port: int, secret: str) -> socket.socket:
@@ -59,7 +46,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     env = {"ETT_INGEST_BODY_DEADLINE_S": str(DEADLINE_S), "ETT_INGEST_MAX_IN_FLIGHT": "128",
            "ETT_INGEST_MAX_IN_FLIGHT_PER_TOKEN": "32"}
     with ett_serve(url, env=env) as srv:
-        secret = _writer_token(url)
+        secret = writer_token(url, "ads", ("ads_*",))
         port = int(srv.url.rsplit(":", 1)[1])
         started = time.monotonic()
         socks = [_stall(port, secret) for _ in range(STALLED)]

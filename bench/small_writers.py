@@ -47,6 +47,7 @@ from .common import (
     record,
     run_json,
     spread,
+    writer_token,
 )
 from .loadgen import CpuMeter, _postmaster_pid
 
@@ -122,17 +123,8 @@ def _open(srv: Serve, tokens: list[str], weights: list[float], clients: int, rat
 
 
 def _writer_tokens(url: str, n: int) -> list[str]:
-    from sqlalchemy import create_engine
-
-    from service.access import tokens
-
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            return [tokens.create_token(conn, "writer", f"team{t}", ("bench_*",))[1]
-                    for t in range(n)]
-    finally:
-        engine.dispose()
+    """One writer token each for teams team0 .. team{n-1}."""
+    return [writer_token(url, f"team{t}", ("bench_*",)) for t in range(n)]
 
 
 def _durability(pg: Postgres, clients: int, seconds: float) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from .checkpoint_panels import fleet_panel as checkpoint_advice_panel
+from .checkpoint_advice_panels import fleet_panel as checkpoint_advice_panel
 from .common import (
     GPU_HOURS,
     RATIO,
@@ -41,6 +41,30 @@ SQL_SEL = "$__timeFilter(hour) AND team IN ($team) AND model IN ($model)"
 TOTAL_US = "(settled_gpu_us + unsettled_gpu_us)"
 
 
+def ett_per_interval(where: str) -> str:
+    """ETT per interval of the hourly rollup rows that match `where` (a time series)."""
+    return f"""
+                SELECT $__timeGroupAlias(hour, $__interval),
+                       sum({TOTAL_US}) FILTER (WHERE component = 'effective_training')::float8
+                         / NULLIF(sum({TOTAL_US}), 0) AS "ETT"
+                FROM fleet_hourly
+                WHERE {where}
+                GROUP BY 1
+                ORDER BY 1"""
+
+
+def gpu_hours_per_interval(label: str, where: str) -> str:
+    """GPU-hours per interval and value of the `label` column, over the hourly rollup rows
+    that match `where` (a time series)."""
+    return f"""
+                SELECT $__timeGroupAlias(hour, $__interval), {label} AS metric,
+                       sum({TOTAL_US})::float8 / {US_PER_HOUR} AS value
+                FROM fleet_hourly
+                WHERE {where}
+                GROUP BY 1, 2
+                ORDER BY 1"""
+
+
 def _stats() -> list[PanelBuilder]:
     return [
         stat_panel(f"Fleet ETT, {w}", f"Exported fleet ETT ratio over the last {w} (whole fleet, "
@@ -58,7 +82,7 @@ def _stats() -> list[PanelBuilder]:
                    "effective only if the next checkpoint lands.",
                    [promql(f"sum(ett_at_risk_gpu_seconds{{{SEL}}}) / 3600", instant=True)],
                    GPU_HOURS),
-        stat_panel("Jobs running", "Jobs whose last attempt is open.",
+        stat_panel("Jobs running", "Jobs whose last attempt is running.",
                    [promql(f"sum(ett_jobs_running{{{SEL}}})", instant=True)], "none"),
     ]
 
@@ -164,25 +188,12 @@ def _history() -> list[PanelBuilder]:
             "Fleet ETT% (PostgreSQL, any range)",
             "From the hourly rollups: works for ranges longer than Prometheus keeps. Includes "
             "time that is not settled yet, so the last hours can still move.",
-            [sql(f"""
-                SELECT $__timeGroupAlias(hour, $__interval),
-                       sum({TOTAL_US}) FILTER (WHERE component = 'effective_training')::float8
-                         / NULLIF(sum({TOTAL_US}), 0) AS "ETT"
-                FROM fleet_hourly
-                WHERE {SQL_SEL}
-                GROUP BY 1
-                ORDER BY 1""", fmt="time_series")],
+            [sql(ett_per_interval(SQL_SEL), fmt="time_series")],
             RATIO, ds=SQL, min_val=0, max_val=1, min_interval="1h"),
         timeseries_panel(
             "GPU-hours by component (PostgreSQL)",
             "Held GPU-hours per interval in each component, from the hourly rollups.",
-            [sql(f"""
-                SELECT $__timeGroupAlias(hour, $__interval), component AS metric,
-                       sum({TOTAL_US})::float8 / {US_PER_HOUR} AS value
-                FROM fleet_hourly
-                WHERE {SQL_SEL}
-                GROUP BY 1, 2
-                ORDER BY 1""", fmt="time_series")],
+            [sql(gpu_hours_per_interval("component", SQL_SEL), fmt="time_series")],
             GPU_HOURS, ds=SQL, stacked=True, bars=True, min_interval="1h"),
         bargauge_panel(
             "Lost GPU-hours by owning team (PostgreSQL)",

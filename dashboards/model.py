@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from .checkpoint_panels import model_panel as checkpoint_advice_panel
+from .checkpoint_advice_panels import model_panel as checkpoint_advice_panel
 from .common import (
     GPU_HOURS,
     RATIO,
@@ -25,7 +25,7 @@ from .common import (
     team_variable,
     timeseries_panel,
 )
-from .fleet import ETT_THRESHOLDS, TOTAL_US
+from .fleet import ETT_THRESHOLDS, TOTAL_US, ett_per_interval
 
 UID = "ett-model"
 
@@ -96,7 +96,7 @@ def _stats() -> list[PanelBuilder]:
         stat_panel("At-risk GPU-hours", "Training of $model after its latest durable checkpoint.",
                    [promql(f"sum(ett_at_risk_gpu_seconds{{{M}}}) / 3600", instant=True)],
                    GPU_HOURS),
-        stat_panel("Jobs running", "Jobs of $model whose last attempt is open.",
+        stat_panel("Jobs running", "Jobs of $model whose last attempt is running.",
                    [promql(f"sum(ett_jobs_running{{{M}}})", instant=True)], "none"),
         stat_panel("Failures over the range", "Interrupted attempts of $model, all causes.",
                    [promql(f"sum(increase(ett_failures_total{{{M}}}[$__range]))", instant=True)],
@@ -159,14 +159,8 @@ def _history() -> list[PanelBuilder]:
             "ETT% (PostgreSQL, any range)",
             "ETT of $model per interval from the hourly rollups; works past Prometheus "
             "retention.",
-            [sql(f"""
-                SELECT $__timeGroupAlias(hour, $__interval),
-                       sum({TOTAL_US}) FILTER (WHERE component = 'effective_training')::float8
-                         / NULLIF(sum({TOTAL_US}), 0) AS "ETT"
-                FROM fleet_hourly
-                WHERE $__timeFilter(hour) AND model = '$model'
-                GROUP BY 1
-                ORDER BY 1""", fmt="time_series")],
+            [sql(ett_per_interval("$__timeFilter(hour) AND model = '$model'"),
+                 fmt="time_series")],
             RATIO, ds=SQL, min_val=0, max_val=1, min_interval="1h"),
         bargauge_panel(
             "Level-1 terms (GPU-hours)",

@@ -53,11 +53,11 @@ def _stats() -> list[PanelBuilder]:
                    thresholds=[(None, "green"), (0.01, "red")]),
         stat_panel("Scrape targets up", "ETT targets Prometheus scrapes successfully.",
                    [promql('sum(up{job=~"ett.*"})', instant=True)], "none"),
-        stat_panel("Dirty jobs (PostgreSQL)", "Jobs waiting for the aggregator, read from the "
+        stat_panel("Queued jobs (PostgreSQL)", "Jobs waiting for the aggregator, read from the "
                    "work queue directly (true even when the exporter is down).",
-                   [sql("SELECT count(DISTINCT job_id) AS \"dirty jobs\" FROM dirty_jobs")],
+                   [sql("SELECT count(DISTINCT job_id) AS \"queued jobs\" FROM dirty_jobs")],
                    "none", ds=SQL),
-        stat_panel("Oldest dirty job (PostgreSQL)", "Age of the oldest work-queue row.",
+        stat_panel("Oldest queued job (PostgreSQL)", "Age of the oldest work-queue row.",
                    [sql("SELECT coalesce(extract(epoch FROM now() - min(marked_at)), 0) "
                         "AS \"age\" FROM dirty_jobs")],
                    SECONDS, ds=SQL, thresholds=[(None, "green"), (300, "red")]),
@@ -78,7 +78,7 @@ def _panels() -> list[PanelBuilder]:
                     "{{model}}")], "suffix: events/s"),
         timeseries_panel(
             "Aggregation lag",
-            "Age of the oldest unprocessed dirty job, and time since the last good pass.",
+            "Age of the oldest queued job, and time since the last good pass.",
             [promql("max(ett_aggregation_lag_seconds)", "lag"),
              promql("time() - max(ett_aggregation_last_success_timestamp_seconds)",
                     "since last success", ref_id="B")], SECONDS, min_val=0),

@@ -26,7 +26,7 @@ from .common import (
     team_variable,
     timeseries_panel,
 )
-from .fleet import ETT_THRESHOLDS, TOTAL_US
+from .fleet import ETT_THRESHOLDS, TOTAL_US, gpu_hours_per_interval
 
 UID = "ett-team"
 
@@ -75,13 +75,7 @@ def _bill() -> list[PanelBuilder]:
         timeseries_panel(
             "Bill by phase over time (PostgreSQL)",
             "GPU-hours per interval of each phase owned by $team.",
-            [sql(f"""
-                SELECT $__timeGroupAlias(hour, $__interval), phase AS metric,
-                       sum({TOTAL_US})::float8 / {US_PER_HOUR} AS value
-                FROM fleet_hourly
-                WHERE {BILL_SQL}
-                GROUP BY 1, 2
-                ORDER BY 1""", fmt="time_series")],
+            [sql(gpu_hours_per_interval("phase", BILL_SQL), fmt="time_series")],
             GPU_HOURS, ds=SQL, stacked=True, bars=True, min_interval="1h"),
         table_panel(
             "Models that cost $team most (PostgreSQL)",

@@ -11,10 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ett_core.diagnostics import DiagnosticsBuilder
-from ett_core.events import Event
+from ett_core.events import FAILURE_CAUSES, RELEASE_REASONS, Event
 
-FAILURE_CAUSES = ("infra", "user", "preemption")
-RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
 _RELEASE_FAILURE_CAUSE = {"failed": "infra", "preempted": "preemption"}
 DEFAULT_GPUS = 1
 
@@ -26,9 +24,9 @@ class AttemptFrame:
     end_us: int
     gpus: int
     end_cause: str  # completed, cancelled, infra, user, preemption, lost, running
-    is_open: bool
+    is_running: bool
     # The interruption: its instant F and cause. Set for failed, preempted and lost
-    # attempts, and for an attempt still open after a reported failure.
+    # attempts, and for an attempt still running after a reported failure.
     failure_us: int | None
     cause: str | None
     failure_event_id: str | None
@@ -47,7 +45,7 @@ class AttemptFrame:
 
     @property
     def completed_normally(self) -> bool:
-        return not self.is_open and self.failure_us is None
+        return not self.is_running and self.failure_us is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +129,7 @@ def build_frames(
         failure = fact.failure
         cause = _failure_cause(failure, diag) if failure is not None else None
         failure_us = max(failure.ts_us, start) if failure is not None else None
-        is_open = False
+        is_running = False
         if fact.released is not None:
             end = max(fact.released.ts_us, start)
             if failure is None:
@@ -152,8 +150,8 @@ def build_frames(
                 diag.inferred_end_attempts.append(k)
             else:
                 end = max(now_us, last_news)
-                is_open = True
-            if is_open:
+                is_running = True
+            if is_running:
                 end_cause = "running"
             elif failure is None:
                 cause, failure_us, end_cause = "lost", end, "lost"
@@ -173,7 +171,7 @@ def build_frames(
                 end_us=end,
                 gpus=gpus,
                 end_cause=end_cause,  # type: ignore[arg-type]
-                is_open=is_open,
+                is_running=is_running,
                 failure_us=failure_us,
                 cause=cause,
                 failure_event_id=failure.event_id if failure is not None else None,

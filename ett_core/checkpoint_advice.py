@@ -12,7 +12,7 @@ checkpoint; R, what a restart costs besides lost progress; and the observed inte
   for d: E[ETTR] = (1 - (R + tau / 2) / M) / (1 + d / tau).
 
 Seconds as floats here, not integer microseconds: these are statistical estimates, never
-sums that must be conserved. Pure, like the rest of the engine.
+sums that must be conserved. Pure, like the rest of the core.
 """
 
 from __future__ import annotations

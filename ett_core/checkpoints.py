@@ -1,10 +1,10 @@
 """Per-attempt checkpoint facts: what checkpoint advice needs from each attempt.
 
 The advice (ett_core.checkpoint_advice) is fitted over many attempts of a model, so the
-engine keeps, for every attempt, the few sums that can be added up across jobs later:
+core keeps, for every attempt, the few sums that can be added up across jobs later:
 held time, whether it was interrupted, blocking save time, durable checkpoints, the
 training between consecutive durable snapshots, lost progress and the recovery time of
-its interruption. Everything is read from the partition and labels the engine already
+its interruption. Everything is read from the partition and labels the core already
 built, so the facts agree with the attempt's components to the microsecond.
 """
 

@@ -15,7 +15,7 @@ from ett_core import scheduler
 from ett_core.attempts import AttemptFrame
 from ett_core.checkpoints import AttemptCheckpoints, attempt_checkpoints
 from ett_core.diagnostics import DiagnosticsBuilder
-from ett_core.events import NO_ATTRS, TYPE_RANK, Event, order_events
+from ett_core.events import NO_ATTRS, PHASE_TYPES, TYPE_RANK, Event, order_events
 from ett_core.instants import MAX_TS_US, MIN_TS_US
 from ett_core.level1 import attempt_terms, combine
 from ett_core.progress import label, progress_of
@@ -42,9 +42,6 @@ class JobComputation:
     stalls: tuple[AttemptStalls, ...] = ()
 
 
-_PHASE_TYPES = frozenset(("phase_start", "phase_end"))
-
-
 def _usable(event: Event) -> bool:
     """Whether an event can be placed at all; the service validates, the fuzzer does not.
 
@@ -58,7 +55,7 @@ def _usable(event: Event) -> bool:
         return False
     if not (type(event.event_id) is str and type(event.job_id) is str and type(event.model) is str):
         return False
-    if kind in _PHASE_TYPES:
+    if kind in PHASE_TYPES:
         return type(event.phase) is str and event.phase != ""
     return True
 
@@ -194,7 +191,7 @@ def _attempt_result(frame: AttemptFrame, startup_us: int, segments: list[Segment
     return AttemptResult(
         attempt=frame.attempt,
         allocated_at_us=frame.start_us,
-        released_at_us=None if frame.is_open else frame.end_us,
+        released_at_us=None if frame.is_running else frame.end_us,
         gpus=frame.gpus,
         end_cause=frame.end_cause,
         held_us=frame.held_us,

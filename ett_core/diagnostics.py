@@ -1,4 +1,4 @@
-"""Diagnostics: what the engine ignored, defaulted or inferred, counted, never silent.
+"""Diagnostics: what the core ignored, defaulted or inferred, counted, never silent.
 
 Telemetry that quietly drops bad input hides exactly the problems its users need to fix
 (a trainer that never sends `released`, a phase name typo), so every such case is counted

@@ -1,4 +1,4 @@
-"""Events: the engine's input record, its deterministic order and de-duplication.
+"""Events: the core's input record, its deterministic order and de-duplication.
 
 Order is event time, never arrival: a late or re-delivered batch must give exactly the
 result an in-order stream gives (the peer tool that ordered by arrival mistook duplicate
@@ -23,6 +23,11 @@ EVENT_TYPES = (
     "failure",
     "heartbeat",
 )
+# The types that name a phase (and so must carry one).
+PHASE_TYPES = frozenset(("phase_start", "phase_end"))
+# A failure event's `attrs.cause`, and a released event's `attrs.reason`.
+FAILURE_CAUSES = ("infra", "user", "preemption")
+RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
 
 # Tie-break for events at the same instant. Each position is deliberate:
 # - allocated first: nothing is held before it, so nothing at that instant precedes it;
@@ -47,11 +52,11 @@ TYPE_RANK = {
 _UNKNOWN_TYPE_RANK = len(TYPE_RANK)
 
 
-# The only event types whose attrs the engine reads in full (failure cause, release reason,
+# The only event types whose attrs the core reads in full (failure cause, release reason,
 # background phases, checkpoint snapshot_ts, the scheduler's source). Of every other type
 # it reads only the step counter of rank 0 (ett_core.stalls.STEP_ATTR): a loader may leave
 # out the rest, such as the loss on each heartbeat, and the result cannot change
-# (tests/engine/test_engine_properties.py holds the engine to it).
+# (tests/core/test_core_properties.py holds the core to it).
 ATTRS_READ = frozenset({"failure", "released", "phase_start", "checkpoint"})
 # The scheduler's word (ett_core.scheduler) reads `source` on every type a scheduler may
 # send, and `queued_at` and `gpus_assumed` on its allocation.

@@ -14,6 +14,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from ett_core.instants import US_PER_SECOND
 from ett_core.result import JobResult
 from ett_core.taxonomy import COMPONENTS, EFFECTIVE
 
@@ -22,7 +23,6 @@ OVERHEAD_TERMS = ("tts", "ttr", "in_loop_overhead", "final_shutdown")
 STARTUP_COMPONENTS = ("scheduling", "initialization", "compilation")
 # What a what-if may shrink: every component but useful training.
 SHRINKABLE = tuple(c for c in COMPONENTS if c != EFFECTIVE)
-_US = 1_000_000
 
 
 def _zero_terms() -> dict[str, dict[str, int]]:
@@ -111,14 +111,14 @@ def cohort_wire(cohort: Cohort) -> dict[str, Any]:
     return {
         "jobs": cohort.jobs,
         "running_excluded": cohort.running_excluded,
-        "held_gpu_seconds": cohort.held_gpu_us / _US,
-        "effective_gpu_seconds": cohort.effective_gpu_us / _US,
+        "held_gpu_seconds": cohort.held_gpu_us / US_PER_SECOND,
+        "effective_gpu_seconds": cohort.effective_gpu_us / US_PER_SECOND,
         "ett_ratio": _f(cohort.ett),
         "nof": cohort.nof,
-        "mean_tts_seconds": _f(cohort.mean_tts_us, _US),
-        "mean_ttr_seconds": _f(cohort.mean_ttr_us, _US),
+        "mean_tts_seconds": _f(cohort.mean_tts_us, US_PER_SECOND),
+        "mean_ttr_seconds": _f(cohort.mean_ttr_us, US_PER_SECOND),
         "overhead_gpu_seconds": {
-            t: {c: cohort.overhead_gpu_us[t][c] / _US for c in COMPONENTS}
+            t: {c: cohort.overhead_gpu_us[t][c] / US_PER_SECOND for c in COMPONENTS}
             for t in OVERHEAD_TERMS
         },
     }
@@ -170,10 +170,10 @@ def impact(baseline: Cohort, candidate: Cohort) -> dict[str, Any]:
         direct = sum((saved["tts"][c] for c in STARTUP_COMPONENTS), Fraction(0))
         cascade = direct + sum((saved["ttr"][c] for c in STARTUP_COMPONENTS), Fraction(0))
         out["savings"] = {
-            "total_gpu_seconds": float(total / _US),
-            "by_term": {t: float(v / _US) for t, v in by_term.items()},
-            "by_component": {c: float(v / _US) for c, v in by_component.items()},
-            "by_term_component": {t: {c: float(v / _US) for c, v in saved[t].items()}
+            "total_gpu_seconds": float(total / US_PER_SECOND),
+            "by_term": {t: float(v / US_PER_SECOND) for t, v in by_term.items()},
+            "by_component": {c: float(v / US_PER_SECOND) for c, v in by_component.items()},
+            "by_term_component": {t: {c: float(v / US_PER_SECOND) for c, v in saved[t].items()}
                                   for t in OVERHEAD_TERMS},
         }
         out["recovery_share"] = _share(by_term["ttr"], total)
@@ -216,5 +216,6 @@ def whatif(cohort: Cohort, component: str, reduction: float) -> dict[str, Any]:
         "reduction": reduction,
         "ett_ratio": _f(cohort.ett),
         "projected_ett_ratio": {"direct": projected(direct), "cascade": projected(cascade)},
-        "gpu_seconds_saved": {"direct": float(direct / _US), "cascade": float(cascade / _US)},
+        "gpu_seconds_saved": {"direct": float(direct / US_PER_SECOND),
+                              "cascade": float(cascade / US_PER_SECOND)},
     }

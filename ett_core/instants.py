@@ -22,7 +22,7 @@ MAX_TS_US = (datetime(9999, 12, 30, tzinfo=UTC) - _EPOCH) // _ONE_US
 def parse_rfc3339_us(text: str) -> int:
     """Parse an RFC 3339 timestamp with an offset into epoch microseconds.
 
-    Digits beyond microseconds are truncated (the engine's resolution). A timestamp
+    Digits beyond microseconds are truncated (the core's resolution). A timestamp
     without an offset is refused: the wire contract requires one and guessing a zone
     would silently shift a job by hours.
     """
@@ -32,7 +32,7 @@ def parse_rfc3339_us(text: str) -> int:
     parsed = datetime.fromisoformat(text.strip().upper())
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no UTC offset")
-    return (parsed - _EPOCH) // _ONE_US
+    return dt_to_us(parsed)
 
 
 def parse_instant_us(value: object) -> int | None:
@@ -57,18 +57,28 @@ def parse_instant_us(value: object) -> int | None:
         if parsed.tzinfo is None:
             # attrs are not validated at ingest; naive instants are taken as UTC.
             parsed = parsed.replace(tzinfo=UTC)
-        return (parsed - _EPOCH) // _ONE_US
+        return dt_to_us(parsed)
     return None
 
 
 def format_rfc3339_us(ts_us: int) -> str:
     """Format epoch microseconds as RFC 3339 UTC ('Z'), microseconds only when non-zero."""
-    moment = _EPOCH + timedelta(microseconds=ts_us)
+    moment = us_to_dt(ts_us)
     base = moment.strftime("%Y-%m-%dT%H:%M:%S")
     if moment.microsecond:
         return f"{base}.{moment.microsecond:06d}Z"
     return f"{base}Z"
 
 
-def us_to_seconds(duration_us: int) -> float:
+def us_to_dt(ts_us: int) -> datetime:
+    """Epoch microseconds as an aware UTC datetime (what the database driver takes)."""
+    return _EPOCH + timedelta(microseconds=ts_us)
+
+
+def dt_to_us(ts: datetime) -> int:
+    """An aware datetime as epoch microseconds."""
+    return (ts - _EPOCH) // _ONE_US
+
+
+def us_to_seconds(duration_us: float) -> float:
     return duration_us / US_PER_SECOND

@@ -2,7 +2,7 @@
 
 Turns an attempt's partition into labelled pieces: training after the latest durable
 snapshot becomes `lost_progress` when the attempt was interrupted, or stays training but
-unsettled while the attempt is still open; time after the last news of an open attempt is
+unsettled while the attempt is still running; time after the last news of a running attempt is
 unsettled too, because a late event (or the heartbeat timeout) can still re-attribute it.
 """
 
@@ -45,7 +45,7 @@ def progress_of(
     floor = frame.start_us if snapshot is None else snapshot
     if frame.interrupted:
         return Progress(snapshot, floor, None)
-    if frame.is_open:
+    if frame.is_running:
         return Progress(snapshot, None, floor)
     return Progress(snapshot, None, None)
 
@@ -62,7 +62,7 @@ def label(
     lost_owner = (
         taxonomy.lost_progress_owner_of(frame.cause, model_team) if frame.cause is not None else ""
     )
-    unsettled_from = frame.last_news_us if frame.is_open else None
+    unsettled_from = frame.last_news_us if frame.is_running else None
     out: list[Labelled] = []
     for start, end, phase, component in timeline.pieces:
         key = (phase, component)

@@ -122,7 +122,7 @@ class JobResult:
                 "nof": level1.nof,
                 "nof_by_cause": level1.nof_by_cause,
                 "ttr_seconds": [us_to_seconds(t) for t in level1.ttr_us],
-                "mean_ttr_seconds": None if mean_ttr is None else mean_ttr / 1_000_000,
+                "mean_ttr_seconds": None if mean_ttr is None else us_to_seconds(mean_ttr),
                 "in_loop_overhead_seconds": us_to_seconds(level1.in_loop_overhead_us),
                 "final_shutdown_seconds": us_to_seconds(level1.final_shutdown_us),
                 "breakdown": {

@@ -178,7 +178,7 @@ def _joined(
     trainer_last = trainer[-1].ts_us if trainer else None
     last_news = max(e.ts_us for e in (*scheduler, *trainer))
 
-    is_open = False
+    is_running = False
     if release is not None:
         end = release.ts_us
     elif next_start is not None:
@@ -190,13 +190,13 @@ def _joined(
         end = trainer_release.ts_us
         diag.add("scheduler_release_missing")
     elif allocation is not None:
-        end, is_open = max(now_us, last_news), True
+        end, is_running = max(now_us, last_news), True
     elif trainer_frame is not None:
-        end, is_open = trainer_frame.end_us, trainer_frame.is_open
+        end, is_running = trainer_frame.end_us, trainer_frame.is_running
     else:
         end = last_news
-        is_open = now_us - last_news <= heartbeat_timeout_us
-        if is_open:
+        is_running = now_us - last_news <= heartbeat_timeout_us
+        if is_running:
             end = max(now_us, last_news)
     end = max(end, start)
 
@@ -208,7 +208,7 @@ def _joined(
     trainer_failed = any(e.type == "failure" for e in trainer)
     silent = bool(trainer) and trainer_release is None and not trainer_failed
     silent_tail = silent and (
-        not is_open or trainer_last is None or now_us - trainer_last > heartbeat_timeout_us)
+        not is_running or trainer_last is None or now_us - trainer_last > heartbeat_timeout_us)
 
     cause: str | None = None
     failure_us: int | None = None
@@ -217,13 +217,13 @@ def _joined(
         failure_us = failure.ts_us
         if silent and trainer_last is not None:
             failure_us = min(failure_us, trainer_last)
-        end_cause = "running" if is_open else cause
+        end_cause = "running" if is_running else cause
     elif trainer_release is not None and trainer_release.ts_us <= end:
         reason = _release_reason(trainer_release, diag)
         cause = _RELEASE_FAILURE_CAUSE.get(reason)
         failure_us = trainer_release.ts_us if cause is not None else None
-        end_cause = "running" if is_open else cause or reason
-    elif is_open:
+        end_cause = "running" if is_running else cause or reason
+    elif is_running:
         end_cause = "running"
     else:
         if release is not None:
@@ -259,7 +259,7 @@ def _joined(
         end_us=end,
         gpus=gpus,
         end_cause=end_cause,
-        is_open=is_open,
+        is_running=is_running,
         failure_us=failure_us,
         cause=cause,
         failure_event_id=failure.event_id if failure is not None else None,

@@ -1,4 +1,4 @@
-"""Segments: the engine's timeline output, the unit the aggregator rolls up into windows."""
+"""Segments: the core's timeline output, the unit the aggregator rolls up into windows."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ class Segment(NamedTuple):
     """Held time [start_us, end_us) of one attempt with one attribution.
 
     `settled` is False while the attribution can still change (at-risk training, time
-    after the last news of an open attempt). A named tuple, as `Event` is: a recompute
+    after the last news of a running attempt). A named tuple, as `Event` is: a recompute
     makes one per stored segment row, and cutting one (`_replace`) must stay cheap.
     """
 

@@ -41,7 +41,7 @@ class AttemptStalls:
     threshold_us: int | None
     # The stalled windows [start, end), before reported phases took their share.
     windows: tuple[tuple[int, int], ...]
-    # Start of the stall still going at the end of an open attempt, else None.
+    # Start of the stall still going at the end of a running attempt, else None.
     stalled_since_us: int | None
 
     def to_wire(self) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def advances_of(frame: AttemptFrame) -> list[tuple[int, int]]:
 
     The first step an attempt reports is always its first advance. One pass, inlined: it
     runs over every timeline event of a 10,000-event job (attrs are a mapping or the
-    shared empty one after the engine's cleaning).
+    shared empty one after the core's cleaning).
     """
     out: list[tuple[int, int]] = []
     best = -1
@@ -125,9 +125,9 @@ def attempt_stalls(
     training_end = _training_phase_end(frame, taxonomy)
     # A hung trainer keeps sending (its heartbeat thread runs); one silent for longer than
     # the threshold is not known to be hung (a collector or SDK outage looks the same), so
-    # an open attempt's stall also stops at its last news until the trainer speaks again.
+    # a running attempt's stall also stops at its last news until the trainer speaks again.
     if training_end is not None and (
-        not frame.is_open or training_end - frame.last_news_us > threshold
+        not frame.is_running or training_end - frame.last_news_us > threshold
     ):
         training_end = min(training_end, frame.last_news_us)
     ends = instants[1:]
@@ -140,7 +140,7 @@ def attempt_stalls(
             windows.append((start + median, end))
     if (
         windows
-        and frame.is_open
+        and frame.is_running
         and training_end == frame.end_us
         and windows[-1][1] == training_end
     ):
@@ -183,13 +183,13 @@ def mark_stalled(
 
     Training that would be lost progress is stalled too: nothing advanced then, so there
     was no progress to lose. Stalled time is settled (an advance that comes later cannot
-    undo a stall already longer than its threshold), except after the last news of an
-    open attempt, like every other piece.
+    undo a stall already longer than its threshold), except after the last news of a
+    running attempt, like every other piece.
     """
     if not stalls.windows:
         return list(pieces)
     windows = stalls.windows
-    unsettled_from = frame.last_news_us if frame.is_open else None
+    unsettled_from = frame.last_news_us if frame.is_running else None
     out: list[Labelled] = []
     for piece in pieces:
         start, end, component, phase = piece[0], piece[1], piece[2], piece[3]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from ett_core.events import FAILURE_CAUSES
+
 COMPONENTS = (
     "scheduling",
     "initialization",
@@ -24,12 +26,13 @@ COMPONENTS = (
 EFFECTIVE = "effective_training"
 WASTED = "wasted_training"
 UNATTRIBUTED = "unattributed"
-CAUSES = ("infra", "user", "preemption", "lost")
+# Why an attempt ended early: a failure event's cause, or `lost` (silence past the timeout).
+CAUSES = (*FAILURE_CAUSES, "lost")
 LOST_PROGRESS = "lost_progress"
 CHECKPOINT_SAVE = "checkpoint_save"
 STALLED = "stalled"
 UNASSIGNED_TEAM = "unassigned"
-# Derived phase names the engine writes itself; a trainer reporting them would make
+# Derived phase names the core writes itself; a trainer reporting them would make
 # reported and derived time indistinguishable.
 # The scheduler's silent tail (ett_core.scheduler) is one too.
 UNREPORTED = "unreported"

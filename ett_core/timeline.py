@@ -18,7 +18,7 @@ from ett_core.instants import parse_instant_us
 from ett_core.taxonomy import CHECKPOINT_SAVE, EFFECTIVE, UNATTRIBUTED, Taxonomy
 
 # (start_us, end_us, phase, component): tuples, because a 10,000-event job makes
-# thousands of them and the engine has a latency budget.
+# thousands of them and the core has a latency budget.
 Piece = tuple[int, int, str, str]
 
 _UNCOVERED = (UNATTRIBUTED, UNATTRIBUTED)

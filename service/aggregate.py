@@ -1,7 +1,7 @@
-"""The aggregator: the only code that loads events, calls the engine and writes results.
+"""The aggregator: the only code that loads events, calls the core (`ett_core`) and writes results.
 
 A pass finds the jobs that received events since the last pass (the `dirty_jobs` queue)
-plus the open jobs whose result depends on `now`, recomputes each one completely, and
+plus the running jobs whose result depends on `now`, recomputes each one completely, and
 replaces its stored results in the same transaction that consumes its queue rows. A pass
 killed at any point leaves the previous results intact, and running a pass twice changes
 nothing. Several aggregators share the work through per-job advisory locks taken with
@@ -24,17 +24,19 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import Event, JobComputation, Taxonomy, compute_job
-from service.aggregation.open_job_cache import OpenJobCache
-from service.settings import Settings
+from ett_core.instants import dt_to_us
+from service.aggregation.running_job_cache import RunningJobCache
+from service.settings import Settings, default
 from service.store import impact, state
 from service.store import results as store
 from service.store.result_rows import RowFormatter
+from service.store.retention import ensure_partitions_quietly
 from service.taxonomy import taxonomy_from
 
 log = logging.getLogger(__name__)
@@ -117,25 +119,30 @@ class Aggregator:
         engine: Engine,
         taxonomy: Taxonomy,
         *,
-        heartbeat_timeout_s: float = 600.0,
-        batch_jobs: int = 200,
+        heartbeat_timeout_s: float = default("heartbeat_timeout_s"),
+        batch_jobs: int = default("aggregate_batch_jobs"),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        after_pass: Callable[[PassReport], None] | None = None,
-        open_job_cache_events: int = 2_000_000,
+        running_job_cache_events: int = 2_000_000,
     ) -> None:
         self.engine = engine
         self.taxonomy = taxonomy
         self.heartbeat_timeout_us = int(heartbeat_timeout_s * 1_000_000)
         self.batch_jobs = batch_jobs
         self.clock = clock
-        self.after_pass = after_pass
+        self._listeners: list[Callable[[PassReport], None]] = []
         self._lock = threading.Lock()  # one pass at a time per process
-        self._cache = OpenJobCache(max_events=open_job_cache_events)
+        self._cache = RunningJobCache(max_events=running_job_cache_events)
         self.last_report: PassReport | None = None
         self.last_success_at: datetime | None = None
         self.passes_failed = 0
         # A new process may run fixed code: its first pass retries the quarantined jobs.
         self._quarantine_retried = False
+        self._partitions_checked_on: date | None = None
+
+    def listen(self, listener: Callable[[PassReport], None]) -> None:
+        """Call `listener` with the report of every pass that completes, in the order the
+        listeners were added (the metrics exporter refreshes its snapshot this way)."""
+        self._listeners.append(listener)
 
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
@@ -155,8 +162,11 @@ class Aggregator:
         with self._lock:
             now = self.clock()
             report = PassReport(started_at=now)
+            if self._partitions_checked_on != now.date():  # the months ahead exist
+                ensure_partitions_quietly(self.engine, now)
+                self._partitions_checked_on = now.date()
             with self.engine.connect() as conn:
-                dirty = store.dirty_candidates(conn)
+                queued = store.queued_jobs(conn)
                 # A quarantined job waits for new events: recomputed unchanged, it would
                 # fail the same way every pass. A new process may run fixed code, so its
                 # first pass retries them all once.
@@ -165,19 +175,19 @@ class Aggregator:
                 if not self._quarantine_retried:
                     retry, held = held, set()
                     self._quarantine_retried = True
-                jobs = sorted((set(dirty) | set(store.open_jobs(conn)) | retry)
+                jobs = sorted((set(queued) | set(store.running_jobs(conn)) | retry)
                               - (set() if recompute_all else held))
                 if not recompute_all:
                     total = len(jobs)
                 else:  # counted only for a progress bar; a share's size is not known ahead
                     total = store.count_jobs(conn) if progress and share is None else 0
-            if dirty and share is None:
-                report.lag_seconds = max(0.0, (now - min(dirty.values())).total_seconds())
+            if queued and share is None:
+                report.lag_seconds = max(0.0, (now - min(queued.values())).total_seconds())
             if not recompute_all:
                 self._cache.retain(jobs)
                 chunks = _chunked(jobs, self.batch_jobs)
             elif share is None:
-                # The queued and open jobs first (what a plain pass takes), then every job.
+                # The queued and running jobs first (what a plain pass takes), then every job.
                 chunks = itertools.chain(_chunked(jobs, self.batch_jobs),
                                          self._all_jobs(None, skip=set(jobs)))
             else:
@@ -194,8 +204,8 @@ class Aggregator:
             report.finished_at = self.clock()
             self.last_report = report
             self.last_success_at = report.finished_at
-            if self.after_pass is not None:
-                self.after_pass(report)
+            for listener in self._listeners:
+                listener(report)
             log.info(
                 "aggregation pass: recomputed=%d skipped_locked=%d failed=%d duration=%.3fs",
                 report.jobs_recomputed, report.jobs_skipped_locked, report.jobs_failed,
@@ -232,23 +242,23 @@ class Aggregator:
             return compute_job(events, taxonomy=self.taxonomy, now_us=now_us,
                                heartbeat_timeout_us=self.heartbeat_timeout_us)
         except Exception as exc:  # one bad job must not stop the fleet's numbers
-            log.exception("aggregation: engine failed for job_id=%s", job_id)
+            log.exception("aggregation: computing job_id=%s failed", job_id)
             return f"engine: {type(exc).__name__}: {exc}"
 
     def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport,
                    remember: bool = True) -> None:
-        now_us = store.dt_to_us(now)
+        now_us = dt_to_us(now)
         with self.engine.begin() as conn:
             store.set_chunk_settings(conn)
             locked = store.try_lock_jobs(conn, job_ids)
             report.jobs_skipped_locked += len(job_ids) - len(locked)
             if not locked:
                 return
-            seqs = store.dirty_seqs(conn, locked)
+            seqs = store.queue_rows(conn, locked)
             queued = {job for job, _seq in seqs}
             # Running jobs with nothing new: their events, and the rows stored for them,
             # are what this process holds from its last pass
-            # (service/aggregation/open_job_cache.py).
+            # (service/aggregation/running_job_cache.py).
             cached = self._cache.reusable(conn, [j for j in locked if j not in queued])
             events = {job: entry.events for job, entry in cached.items()}
             missing = [j for j in locked if j not in cached]
@@ -305,7 +315,7 @@ class Aggregator:
             state.quarantine(conn, [(j, e, last_seq.get(j, 0)) for j, e in failed.items()],
                              now)
             state.release(conn, [j for j in locked if j not in failed])
-            store.consume_dirty(conn, [seq for _job, seq in seqs])
+            store.consume_queue_rows(conn, [seq for _job, seq in seqs])
             store.requeue(conn, deferred)  # read again once their future events are due
             computed = [(j, c) for j, c in computed if j not in failed]
             rows = {j: r for j, r in rows.items() if j not in failed}
@@ -349,11 +359,13 @@ class Aggregator:
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
 
 
-def build_aggregator(settings: Settings, engine: Engine) -> Aggregator:
-    """The aggregator as configured (shared by serve, aggregate, the recompute and tests)."""
+def build_aggregator(settings: Settings, engine: Engine,
+                     taxonomy: Taxonomy | None = None) -> Aggregator:
+    """The aggregator as configured (shared by serve, aggregate, the recompute and tests);
+    `taxonomy` when the caller has read it already (one reading per process)."""
     return Aggregator(
         engine,
-        taxonomy_from(settings),
+        taxonomy if taxonomy is not None else taxonomy_from(settings),
         heartbeat_timeout_s=settings.heartbeat_timeout_s,
         batch_jobs=settings.aggregate_batch_jobs,
     )

@@ -310,20 +310,6 @@ def render_rule_files(spec: SloSpec, window_scale: float = 1.0, min_window_s: in
     return files
 
 
-def burn_rate_table(spec: SloSpec) -> list[dict[str, Any]]:
-    """The derived factors per SLO and tier (docs/alerts.md and `ett rules --explain`)."""
-    rows = []
-    for slo in spec.slos:
-        if slo.sli in QUANTILE_KINDS:
-            continue
-        for w in derive_windows(slo, spec):
-            rows.append({"slo": slo.name, "severity": w.severity,
-                         "long": format_duration(w.long_s), "short": format_duration(w.short_s),
-                         "factor": w.factor, "threshold": round(w.factor * slo.budget, 6),
-                         "max_burn": None if slo.max_burn is None else round(slo.max_burn, 2)})
-    return rows
-
-
 # ---- Alertmanager --------------------------------------------------------------------
 
 ALERTMANAGER_HEADER = """\

@@ -13,8 +13,10 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from service.access.auth import Authenticator, Principal
+from service.access.auth import Principal
+from service.access.callers import SpanWriter, writer_of
 from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
+from service.settings import Settings
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
 from service.wire.batch import ValidatedBatch, validate_batch
@@ -35,22 +37,42 @@ INLINE_MAX_BYTES = 2048
 
 @dataclass(frozen=True)
 class IngestLimits:
+    """The ingest settings (service/settings.py holds their defaults and meanings)."""
+
     max_body_bytes: int
     max_batch_events: int
     max_future_s: float
     max_age_s: float
-    max_in_flight: int = 4096
+    max_in_flight: int
     # The ingest window: older events only through an admin token (the backfill path).
-    ingest_max_age_s: float = 7 * 86400.0
-    max_in_flight_bytes: int = 64 * 1024 * 1024
-    max_in_flight_per_token: int = 1024
-    body_deadline_s: float = 30.0
+    ingest_max_age_s: float
+    max_in_flight_bytes: int
+    max_in_flight_per_token: int
+    body_deadline_s: float
     # The work budget of one OTLP request, counted before any span is mapped.
-    max_spans: int = 20_000
-    max_attributes: int = 200_000
+    max_spans: int
+    max_attributes: int
     # Decoding and validation run in this many processes, with this many requests waiting.
-    work_processes: int = 2
-    work_queue: int = 16
+    work_processes: int
+    work_queue: int
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> IngestLimits:
+        return cls(
+            max_body_bytes=s.max_body_bytes,
+            max_batch_events=s.max_batch_events,
+            max_future_s=s.max_future_skew_s,
+            max_age_s=s.max_event_age_days * 86400,
+            ingest_max_age_s=s.ingest_max_age.total_seconds(),
+            max_in_flight=s.ingest_max_in_flight,
+            max_in_flight_bytes=s.ingest_max_in_flight_bytes,
+            max_in_flight_per_token=s.ingest_max_in_flight_per_token,
+            body_deadline_s=s.ingest_body_deadline_s,
+            max_spans=s.otlp_max_spans,
+            max_attributes=s.otlp_max_attributes,
+            work_processes=s.work_processes,
+            work_queue=s.work_queue,
+        )
 
 
 class InFlightLimit:
@@ -208,120 +230,140 @@ def decide_spans(body: bytes | bytearray, media: str, principal: Principal, now:
     return mapped, batch
 
 
-def build_router(
-    pool: IngestPool,
-    auth: Authenticator,
-    limits: IngestLimits,
-    clock: Callable[[], datetime],
-    on_outcome: Callable[[BatchOutcome], None] | None = None,
-    owner_of: Callable[[str], str | None] = lambda _model: None,
-    span_mapping: SpanMapping | None = None,
-) -> APIRouter:
-    """The ingest routes (`/v1/events`, and `/v1/traces` for OTLP spans); batches are
-    stored through `pool`, on the event loop."""
-    router = APIRouter()
-    in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
-                              limits.max_in_flight_per_token)
-    claims = ClaimCache()
-    deciding = Deciding(limits, span_mapping or SpanMapping(), owner_of)
-    work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
-                    preload=(__name__,))
+class Ingestion:
+    """What the ingest routes share in one process: the limits, admission control, the
+    claims already committed, the decoding processes, and the pool batches are stored
+    through, on the event loop."""
 
-    async def stored(batch: ValidatedBatch, team: str | None) -> tuple[int, JobClaimsCheck]:
+    def __init__(
+        self,
+        pool: IngestPool,
+        limits: IngestLimits,
+        clock: Callable[[], datetime],
+        *,
+        on_outcome: Callable[[BatchOutcome], None] | None = None,
+        owner_of: Callable[[str], str | None] = lambda _model: None,
+        span_mapping: SpanMapping | None = None,
+    ) -> None:
+        self.pool = pool
+        self.limits = limits
+        self.clock = clock
+        self.on_outcome = on_outcome
+        self.owner_of = owner_of
+        self.deciding = Deciding(limits, span_mapping or SpanMapping(), owner_of)
+        self.in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
+                                       limits.max_in_flight_per_token)
+        self.claims = ClaimCache()
+        self.work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
+                             preload=(__name__,))
+
+    async def stored(self, batch: ValidatedBatch, team: str | None
+                     ) -> tuple[int, JobClaimsCheck]:
         """Store a validated batch: how many of its events were new, and the job-claims
         check that kept, moved or rejected each event (`kept`, `moved`, `rejected`)."""
         check = JobClaimsCheck(batch, team)
-        cached = check.from_cache(claims)
+        cached = check.from_cache(self.claims)
         if cached is None:
-            inserted = await pool.store(batch.rows, check, team)
+            inserted = await self.pool.store(batch.rows, check, team)
         else:
-            inserted = await pool.store(cached)
-        claims.learn(check.seen)  # committed: store returns only after COMMIT
+            inserted = await self.pool.store(cached)
+        self.claims.learn(check.seen)  # committed: store returns only after COMMIT
         return inserted, check
 
-    def report(outcome: BatchOutcome, principal_id: str, route: str) -> None:
+    def report(self, outcome: BatchOutcome, principal_id: str, route: str) -> None:
         log.debug("%s batch: accepted=%d duplicates=%d rejected=%d token=%s", route,
                   outcome.accepted, outcome.duplicates, len(outcome.rejected), principal_id)
-        if on_outcome is not None:
-            on_outcome(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
 
-    @router.post(
-        "/v1/events",
-        status_code=202,
-        summary="Ingest a batch of 1 to 5000 events",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
-            }
-        },
+
+def ingestion(request: Request) -> Ingestion:
+    """The app's ingest flow (`app.state.ingestion`, set by `create_app`). Read from the
+    request rather than as a dependency: these two routes are the hot path, and
+    `POST /v1/events` is served past FastAPI's stack (service/api/app.py) only while its
+    endpoint takes the request alone."""
+    return request.app.state.ingestion
+
+
+router = APIRouter()
+event_writer = writer_of("events")
+
+
+@router.post(
+    "/v1/events",
+    status_code=202,
+    summary="Ingest a batch of 1 to 5000 events",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
+        }
+    },
+)
+async def post_events(request: Request) -> Response:
+    # The caller checked inline, as the dependency would: the fast path solves nothing.
+    principal = await event_writer(request)
+    flow = ingestion(request)
+    limits = flow.limits
+    with flow.in_flight.admitted(principal.token_id or "") as charge:
+        body = await read_body(request, limit=limits.max_body_bytes,
+                               deadline_s=limits.body_deadline_s, charge=charge)
+        if len(body) <= INLINE_MAX_BYTES:
+            batch = decide_events(body, principal, flow.clock(), flow.deciding)
+        else:
+            batch = await flow.work.run(decide_events, body, principal, flow.clock(),
+                                        flow.deciding)
+        del body  # nothing keeps the body alive past validation
+        if not len(batch.rows) and batch.forbidden:
+            raise Forbidden(_forbidden_summary(batch.forbidden))
+        inserted, checked = await flow.stored(batch, principal.team)
+    outcome = BatchOutcome(
+        accepted=inserted,
+        duplicates=checked.kept - inserted + batch.in_batch_duplicates,
+        rejected=sorted(batch.rejected + checked.rejected, key=lambda r: r["index"]),
+        moved=checked.moved,
     )
-    async def post_events(request: Request) -> Response:
-        principal = auth.authenticate(request.headers.get("authorization"))
-        if principal.role == "reader":
-            raise Forbidden("a reader token may not post events")
-        with in_flight.admitted(principal.token_id or "") as charge:
-            body = await read_body(request, limit=limits.max_body_bytes,
-                                   deadline_s=limits.body_deadline_s, charge=charge)
-            if len(body) <= INLINE_MAX_BYTES:
-                batch = decide_events(body, principal, clock(), deciding)
-            else:
-                batch = await work.run(decide_events, body, principal, clock(),
-                                       deciding)
-            del body  # nothing keeps the body alive past validation
-            if not len(batch.rows) and batch.forbidden:
-                raise Forbidden(_forbidden_summary(batch.forbidden))
-            inserted, checked = await stored(batch, principal.team)
-        outcome = BatchOutcome(
-            accepted=inserted,
-            duplicates=checked.kept - inserted + batch.in_batch_duplicates,
-            rejected=sorted(batch.rejected + checked.rejected, key=lambda r: r["index"]),
-            moved=checked.moved,
-        )
-        report(outcome, principal.token_id, "ingest")
-        return Response(orjson.dumps(outcome.to_wire()), status_code=202,
-                        media_type="application/json")
+    flow.report(outcome, principal.token_id, "ingest")
+    return Response(orjson.dumps(outcome.to_wire()), status_code=202,
+                    media_type="application/json")
 
-    @router.post(
-        "/v1/traces",
-        summary="Ingest OTLP/HTTP trace spans (protobuf or JSON) as events",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {otlp.PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
-                            otlp.JSON: {"schema": {"type": "object"}}},
-            }
-        },
+
+@router.post(
+    "/v1/traces",
+    summary="Ingest OTLP/HTTP trace spans (protobuf or JSON) as events",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {otlp.PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                        otlp.JSON: {"schema": {"type": "object"}}},
+        }
+    },
+)
+async def post_traces(request: Request, principal: SpanWriter) -> Response:
+    flow = ingestion(request)
+    media = otlp.media_type_of(request.headers.get("content-type"))
+    with flow.in_flight.admitted(principal.token_id or "") as charge:
+        body = await read_body(request, limit=flow.limits.max_body_bytes,
+                               deadline_s=flow.limits.body_deadline_s,
+                               media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
+        mapped, batch = await flow.work.run(decide_spans, body, media, principal,
+                                            flow.clock(), flow.deciding)
+        del body
+        inserted, checked = await flow.stored(batch, principal.team)
+    # A span is rejected when any of its events is: its other events may be stored,
+    # and a corrected re-send stores the rest (the stored ones are duplicates).
+    span_errors = dict(mapped.rejected)
+    for item in batch.rejected + checked.rejected:
+        span_errors.setdefault(mapped.events[item["index"]][0], item["error"])
+    outcome = BatchOutcome(
+        accepted=inserted,
+        duplicates=checked.kept - inserted + batch.in_batch_duplicates,
+        rejected=[{"index": i, "error": e} for i, e in sorted(span_errors.items())],
     )
-    async def post_traces(request: Request) -> Response:
-        principal = auth.authenticate(request.headers.get("authorization"))
-        if principal.role == "reader":
-            raise Forbidden("a reader token may not post spans")
-        media = otlp.media_type_of(request.headers.get("content-type"))
-        with in_flight.admitted(principal.token_id or "") as charge:
-            body = await read_body(request, limit=limits.max_body_bytes,
-                                   deadline_s=limits.body_deadline_s,
-                                   media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
-            mapped, batch = await work.run(decide_spans, body, media, principal,
-                                           clock(), deciding)
-            del body
-            inserted, checked = await stored(batch, principal.team)
-        # A span is rejected when any of its events is: its other events may be stored,
-        # and a corrected re-send stores the rest (the stored ones are duplicates).
-        span_errors = dict(mapped.rejected)
-        for item in batch.rejected + checked.rejected:
-            span_errors.setdefault(mapped.events[item["index"]][0], item["error"])
-        outcome = BatchOutcome(
-            accepted=inserted,
-            duplicates=checked.kept - inserted + batch.in_batch_duplicates,
-            rejected=[{"index": i, "error": e} for i, e in sorted(span_errors.items())],
-        )
-        report(outcome, principal.token_id, "otlp")
-        return Response(otlp.response_body(media, len(span_errors),
-                                           _span_message(span_errors, mapped.ignored)),
-                        status_code=200, media_type=media)
-
-    return router
+    flow.report(outcome, principal.token_id, "otlp")
+    return Response(otlp.response_body(media, len(span_errors),
+                                       _span_message(span_errors, mapped.ignored)),
+                    status_code=200, media_type=media)
 
 
 def _span_message(span_errors: dict[int, str], ignored: int) -> str:

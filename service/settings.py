@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -121,3 +122,9 @@ class Settings(BaseSettings):
 
     def admin_token_value(self) -> str | None:
         return self.admin_token.get_secret_value() if self.admin_token else None
+
+
+def default(name: str) -> Any:
+    """The default of setting `name`: what a part built without a `Settings` takes (the
+    aggregator in a test or a bench), so every default is written here only."""
+    return Settings.model_fields[name].default

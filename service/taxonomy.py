@@ -1,7 +1,7 @@
 """Reading the taxonomy file (ETT_TAXONOMY, default deploy/taxonomy.yaml).
 
-Validation lives in the pure engine (`Taxonomy.from_mapping`); this module reads YAML and
-turns the engine's error path into a file and line, so an operator sees
+Validation lives in the pure core (`Taxonomy.from_mapping`); this module reads YAML and
+turns the core's error path into a file and line, so an operator sees
 `taxonomy.yaml:14: phase 'training' is mapped twice` instead of a traceback.
 """
 
@@ -77,7 +77,7 @@ def _reject_duplicate_keys(node: yaml.Node, path: str | Path) -> None:
 
 
 def _line_of(root: yaml.Node, error_path: tuple[str | int, ...]) -> int:
-    """The 1-based line of the node an engine error path points at (closest found)."""
+    """The 1-based line of the node a core error path points at (closest found)."""
     node = root
     line = root.start_mark.line + 1
     for part in error_path:

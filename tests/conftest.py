@@ -2,7 +2,9 @@
 and a real `ett serve` subprocess.
 
 Each test that needs the database asks for `db_engine` (schema at head, tables emptied
-before the test) or `service`; nothing here is an in-memory stand-in.
+before the test) or `service`; nothing here is an in-memory stand-in. Every test that
+reaches the server through its fixtures carries the `db` mark (`-m "not db"` runs the
+others), set here rather than by hand.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ from service.store.engine import EmbeddedPostgres, make_engine, normalize_url
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "test-admin-token"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every database fixture (db_engine, service, api, ...) stands on pg_server_url, so it
+    # is in the fixture closure of exactly the tests that touch PostgreSQL.
+    for item in items:
+        if "pg_server_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
 
 
 @pytest.fixture(scope="session")
@@ -177,20 +187,21 @@ def service_factory(pg_server_url: str) -> Iterator[object]:
         proc.stop()
 
 
-@pytest.fixture
-def app_context(db_engine: Engine) -> object:
-    from service.access.auth import Authenticator
-    from service.aggregate import build_aggregator
-    from service.api.app import AppContext
+def make_context(engine: Engine, *, with_aggregator: bool = True, **settings: object
+                 ) -> object:
+    """The app's context as `ett serve` builds it (service.api.context), on `engine`, with
+    the admin token and any settings given."""
+    from service.api.context import build_context
     from service.settings import Settings
 
-    settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
-    return AppContext(
-        settings=settings,
-        engine=db_engine,
-        auth=Authenticator(ADMIN_TOKEN),
-        aggregator=build_aggregator(settings, db_engine),
-    )
+    return build_context(Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
+                                  **settings),  # type: ignore[arg-type]
+                         engine, with_aggregator=with_aggregator)
+
+
+@pytest.fixture
+def app_context(db_engine: Engine) -> object:
+    return make_context(db_engine)
 
 
 @pytest.fixture
@@ -203,3 +214,59 @@ def api(app_context: object) -> Iterator[object]:
     with TestClient(create_app(app_context)) as client:  # type: ignore[arg-type]
         client.headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"
         yield client
+
+
+@pytest.fixture
+def agg(app_context: object) -> object:
+    """The app's aggregator, its clock fixed at `tests.factories.NOW` (after every event)."""
+    from tests.factories import fixed
+
+    app_context.aggregator.clock = fixed()  # type: ignore[attr-defined]
+    return app_context.aggregator  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def taxonomy_file(tmp_path: Path) -> Path:
+    """The default taxonomy plus an ownership entry: ads_ctr belongs to team ads."""
+    import yaml
+
+    from service.taxonomy import DEFAULT_TAXONOMY_PATH
+
+    data = yaml.safe_load(DEFAULT_TAXONOMY_PATH.read_text())
+    data["models"] = {"ads_ctr": "ads", "ads_shared": "ads-platform"}
+    path = tmp_path / "taxonomy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def make_client(db_engine: Engine) -> Iterator[object]:
+    """Clients of apps made with the settings given (`make_client(token_cache_ttl_s=0.5)`);
+    `token_clock` puts the app's token store on a clock the test moves."""
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from service.api.context import build_context
+    from service.settings import Settings
+
+    clients: list[TestClient] = []
+
+    def make(token_clock: object | None = None, **overrides: object) -> TestClient:
+        settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
+                            **overrides)  # type: ignore[arg-type]
+        ctx = build_context(settings, db_engine, with_aggregator=False,
+                            token_clock=token_clock)  # type: ignore[arg-type]
+        client = TestClient(create_app(ctx))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client, taxonomy_file: Path) -> object:
+    """A client of an app on the test taxonomy (`taxonomy_file`), no token attached."""
+    return make_client(taxonomy=taxonomy_file)

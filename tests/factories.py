@@ -1,10 +1,16 @@
-"""Builders for wire events used across tests."""
+"""What tests across rooms share: wire events, posting them, clocks (fixed, or moved by hand),
+the derived tables read or wiped."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from sqlalchemy import text
+
+from service.demo.fleet import FleetSpec, fleet_events
 
 BASE = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -78,3 +84,81 @@ def interrupted_job(job_id: str, model: str, base_min: float) -> list[dict]:
             e("phase_end", 58, 1, phase="training"),
             e("released", 58, 1, attrs={"reason": "completed"})]
     return evs
+
+
+class FakeClock:
+    """A monotonic clock (seconds) that moves only when a test moves it: `clock.now += 0.5`."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+NOW = datetime(2026, 11, 20, tzinfo=UTC)  # long after every event in these tests
+
+
+def fixed(now: datetime = NOW):
+    return lambda: now
+
+
+def results_state(engine) -> dict[str, list]:
+    """Every derived table, in a comparable form (computed_at is when, not what)."""
+    queries = {
+        "jobs": "SELECT job_id, model, team, state, first_at, last_at, open, held_gpu_seconds,"
+                " effective_gpu_seconds, at_risk_gpu_seconds, nof, tts_seconds, ttr_seconds,"
+                " ttr_causes, result FROM jobs ORDER BY job_id",
+        "attempts": "SELECT * FROM attempts ORDER BY job_id, attempt",
+        "segments": "SELECT * FROM segments ORDER BY job_id, seq",
+        "rollup": "SELECT * FROM rollup_hourly ORDER BY job_id, hour, component, phase, owner",
+        "fleet": "SELECT * FROM fleet_hourly WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
+                 " ORDER BY hour, model, team, component, phase, owner",
+        "daily": "SELECT * FROM fleet_daily WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
+                 " ORDER BY day, model, team, component, phase, owner",
+        "totals": "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0"
+                  " ORDER BY model, team, component, owner",
+        "impact": "SELECT * FROM job_impact ORDER BY job_id",
+    }
+    with engine.connect() as conn:
+        return {k: [tuple(r) for r in conn.execute(text(q))] for k, q in queries.items()}
+
+
+def wipe_results(engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE jobs, attempts, segments, rollup_hourly, fleet_hourly,"
+                          " fleet_daily, settled_totals"))
+
+
+def demo_events(models: int = 6, hours: float = 30, seed: int = 3) -> list[dict]:
+    """A few days of the simulated fleet, ending long before NOW."""
+    start = BASE
+    cut = (start + timedelta(hours=hours)).timestamp()
+    spec = FleetSpec(models=models, seed=seed)
+    return [ev for t, ev in itertools.takewhile(lambda x: x[0] < cut, fleet_events(spec, start))]
+
+
+def post_all(api, events: list[dict], size: int = 1000) -> None:
+    for i in range(0, len(events), size):
+        r = api.post("/v1/events", json={"events": events[i:i + size]})
+        assert r.status_code == 202 and not r.json()["rejected"], r.text
+
+
+def labelled(events: list[dict], **labels: str) -> list[dict]:
+    for e in events:
+        if e["type"] == "allocated":
+            e["attrs"] = {"labels": labels}
+    return events
+
+
+def faster_recovery(job_id: str, hours_later: int = 0) -> list[dict]:
+    """The worked example with the restart's compilation cut from 5 to 1 minute (93-94);
+    training then runs 94-158, so effective = 30 + 64 = 94 min of 160 held."""
+    out = []
+    base = BASE + timedelta(hours=hours_later)
+    for e in spec_example(job_id, base=base):
+        if e.get("attempt") == 1 and e.get("phase") in ("compilation", "training") and (
+                e["ts"] == ts(98, base)):
+            e["ts"] = ts(94, base)
+        out.append(e)
+    return out

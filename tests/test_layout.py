@@ -307,3 +307,9 @@ def test_console_cli_and_metrics_take_answers_from_results_never_from_the_api() 
         and module not in APP_RUNNERS
         for dep in deps if dep == "service.api" or dep.startswith("service.api."))
     assert from_api == []
+
+
+def test_test_modules_sit_in_the_folder_of_the_room_they_test() -> None:
+    # At the top of tests/ only what checks the whole repository.
+    top = sorted(p.name for p in PACKAGES["tests"].glob("test_*.py"))
+    assert top == ["test_docs_references.py", "test_layout.py"]

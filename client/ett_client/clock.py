@@ -28,11 +28,6 @@ class AnchoredClock:
     def now_us(self) -> int:
         return self._wall0_us + (time.perf_counter_ns() - self._perf0_ns) // 1000
 
-    @property
-    def skew_us(self) -> int:
-        """How far the anchored clock is from the wall clock right now (for diagnostics)."""
-        return self.now_us() - time.time_ns() // 1000
-
 
 def format_rfc3339_us(epoch_us: int) -> str:
     """RFC 3339 UTC with exactly six fractional digits, e.g. ``2026-05-09T07:35:25.000123Z``."""

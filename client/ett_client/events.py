@@ -71,16 +71,6 @@ def clip_reason(reason: object) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
 
 
-def check_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    try:
-        size = len(json.dumps(attrs, separators=(",", ":")).encode())
-    except (TypeError, ValueError) as exc:
-        raise InvalidEventError(f"attrs must be JSON-serialisable: {exc}") from exc
-    if size > MAX_ATTRS_BYTES:
-        raise InvalidEventError(f"attrs is {size} bytes, the limit is {MAX_ATTRS_BYTES}")
-    return attrs
-
-
 def event_id_from(raw: bytes) -> str:
     """Format 16 random bytes as a version-4 UUID (uuid4() without its object overhead)."""
     return str(uuid.UUID(bytes=raw, version=4))

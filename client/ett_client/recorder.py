@@ -250,23 +250,24 @@ class Recorder:
 
     @guarded()
     def start_phase(self, name: str, background: bool = False) -> None:
-        if not self._on:
-            return
-        try:
-            events.check_phase(name)
-        except EttClientError as exc:
-            return self._reject(exc)
-        self._emit("phase_start", name, {"background": True} if background else None)
+        if self._phase_recordable(name):
+            self._emit("phase_start", name, {"background": True} if background else None)
 
     @guarded()
     def end_phase(self, name: str) -> None:
+        if self._phase_recordable(name):
+            self._emit("phase_end", name)
+
+    def _phase_recordable(self, name: str) -> bool:
+        """Recording is on and `name` is a valid phase (an invalid one is rejected)."""
         if not self._on:
-            return
+            return False
         try:
             events.check_phase(name)
         except EttClientError as exc:
-            return self._reject(exc)
-        self._emit("phase_end", name)
+            self._reject(exc)
+            return False
+        return True
 
     @guarded()
     def checkpoint(self, snapshot_ts: float | datetime | None = None,

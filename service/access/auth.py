@@ -7,9 +7,10 @@ read; `adapter` (a scheduler adapter such as `ett slurm`) may post only schedule
 token may read, so read scope is not narrowed by patterns.
 
 Tokens other than the bootstrap admin token (ETT_ADMIN_TOKEN) live in the token store
-(`service.access.tokens`), which may have to ask the database. Routes call `authenticate()` from
-the event loop, so `PreAuthMiddleware` resolves the header once per request first and
-leaves the answer where `authenticate()` finds it. The bootstrap admin token and tokens in
+(`service.access.tokens`), which may have to ask the database. The routes' caller
+dependencies (`service.access.callers`) call `authenticate()` from the event loop, so
+`PreAuthMiddleware` resolves the header once per request first and leaves the answer where
+`authenticate()` finds it. The bootstrap admin token and tokens in
 the store's cache are answered on the loop (no database, no thread); only a cache miss asks
 the database, in a worker thread: a slow or absent database never blocks the loop, and
 shows as 503 (retry), never as 401 (drop).

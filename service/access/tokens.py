@@ -1,4 +1,4 @@
-"""The token store: role-scoped API tokens, kept hashed in PostgreSQL (issue 9).
+"""The token store: role-scoped API tokens, kept hashed in PostgreSQL.
 
 A token is `ett_<token_id>_<secret>`: the id (also the row's key, shown by `ett tokens
 list`) and 256 random bits. Only SHA-256 of the whole token is stored. A slow password hash
@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection, Engine, text
 
+from service.settings import default
 from service.store.engine import db_unavailable
 from service.wire.event import NAME_RE
 
@@ -165,8 +166,9 @@ class TokenStore:
 
     MAX_ENTRIES = 10_000
 
-    def __init__(self, engine: Engine, *, cache_ttl_s: float = 3.0,
-                 last_used_flush_s: float = 10.0,
+    def __init__(self, engine: Engine, *,
+                 cache_ttl_s: float = default("token_cache_ttl_s"),
+                 last_used_flush_s: float = default("token_last_used_flush_s"),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._engine = engine
         self._ttl = cache_ttl_s
@@ -244,8 +246,3 @@ class TokenStore:
                     self._uses[token_id] = max(at, self._uses.get(token_id, at))
             return 0
         return len(uses)
-
-    def forget(self) -> None:
-        """Drop the cache (tests; an operator never needs it: entries expire in one TTL)."""
-        with self._lock:
-            self._cache.clear()

@@ -1,6 +1,6 @@
 """`ett aggregate --recompute-all --workers N`: a full recompute in N processes at once.
 
-A full recompute is CPU-bound in Python (decoding events, the engine, formatting rows), so
+A full recompute is CPU-bound in Python (decoding events, the core, formatting rows), so
 one process leaves the other cores idle. Each worker process runs an ordinary pass over
 the jobs of its share of the models (`aggregate.model_share`). The shares are disjoint by
 model, and every fleet rollup row is keyed by model, so the workers never wait on each

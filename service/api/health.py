@@ -11,6 +11,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from service.store.engine import ping
 from service.store.migrate import current_revision, head_revision
 
+from .answer_models import Health, Readiness
+from .context import Context
+
 
 def _readiness(engine: Engine) -> tuple[bool, dict[str, object]]:
     head = head_revision()
@@ -29,17 +32,17 @@ def _readiness(engine: Engine) -> tuple[bool, dict[str, object]]:
     }
 
 
-def build_router(engine: Engine) -> APIRouter:
-    router = APIRouter()
+router = APIRouter()
 
-    @router.get("/healthz", summary="The process is up")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
 
-    @router.get("/readyz", summary="Database reachable and migrations at head")
-    async def readyz() -> JSONResponse:
-        ok, detail = await run_in_threadpool(_readiness, engine)
-        return JSONResponse({"status": "ready" if ok else "not ready", **detail},
-                            status_code=200 if ok else 503)
+@router.get("/healthz", response_model=Health, summary="The process is up")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
 
-    return router
+
+@router.get("/readyz", summary="Database reachable and migrations at head",
+            responses={200: {"model": Readiness}, 503: {"model": Readiness}})
+async def readyz(ctx: Context) -> JSONResponse:
+    ok, detail = await run_in_threadpool(_readiness, ctx.engine)
+    return JSONResponse({"status": "ready" if ok else "not ready", **detail},
+                        status_code=200 if ok else 503)

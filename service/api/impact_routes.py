@@ -6,17 +6,16 @@ service.results.impact (which the CLI and the console call too).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
-from sqlalchemy import Engine
 
-from service.access.auth import Authenticator, Principal
+from service.access.auth import Principal
+from service.access.callers import Caller, Reader
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.results import impact as results
 from service.results.impact import page_after, page_cursor
@@ -24,6 +23,9 @@ from service.results.windows import EARLIEST, LATEST, MAX_WINDOW, parse_window
 from service.wire.body import read_body
 from service.wire.event import NAME_RE, WireError, parse_rfc3339
 from service.wire.labels import LabelError, parse_selector
+
+from .answer_models import AnnotationPage, Created, ImpactReport, WhatIf
+from .context import Context
 
 # A cohort with no bound given on either side: the last 30 days (a month of roll-out).
 DEFAULT_COHORT = timedelta(days=30)
@@ -126,121 +128,127 @@ def may_annotate(who: Principal) -> None:
         raise Forbidden("annotations need an admin token or a writer token with a team")
 
 
-def build_router(engine: Engine, auth: Authenticator, clock: Callable[[], datetime], *,
-                 max_body_bytes: int = 64 * 1024, max_per_team: int = 1000,
-                 body_deadline_s: float = 30.0) -> APIRouter:
-    router = APIRouter(prefix="/v1")
+async def annotator(who: Caller) -> Principal:
+    """A caller who may annotate, checked before a body is read."""
+    may_annotate(who)
+    return who
 
-    @router.post("/annotations", status_code=201,
-                 summary="Mark a change (admin, or a writer for its own team)")
-    async def post_annotation(request: Request) -> dict[str, Any]:
-        who = auth.authenticate(request.headers.get("authorization"))
-        may_annotate(who)
-        raw = await read_body(request, limit=max_body_bytes, deadline_s=body_deadline_s)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise Unprocessable("body: must be JSON") from None
-        fields = _annotation_body(body, who, clock())
-        new_id = await run_in_threadpool(results.add_annotation, engine, created_by=who.token_id,
-                                         max_per_team=max_per_team, **fields)
-        if new_id is None:
-            whose = f"team {fields['team']!r}" if fields["team"] else "the fleet (no team)"
-            raise Conflict(f"{whose} already has {max_per_team} annotations, the limit"
-                           " (ETT_ANNOTATIONS_MAX_PER_TEAM); delete old ones first"
-                           " (DELETE /v1/annotations/ID)")
-        return {"id": new_id}
 
-    @router.delete("/annotations/{annotation_id}", status_code=204,
-                   summary="Delete an annotation (admin, or a writer of its team)")
-    async def delete_annotation(request: Request, annotation_id: int) -> Response:
-        who = auth.authenticate(request.headers.get("authorization"))
-        may_annotate(who)
-        if not 0 < annotation_id < 2**63:
-            raise NotFound(f"annotation {annotation_id} is unknown")
-        deleted = await run_in_threadpool(results.delete_annotation, engine, annotation_id,
-                                          who.team, who.is_admin)
-        if not deleted:
-            raise NotFound(f"annotation {annotation_id} is unknown"
-                           + ("" if who.is_admin else f" for team {who.team!r}"))
-        return Response(status_code=204)
+Annotator = Annotated[Principal, Depends(annotator)]
+router = APIRouter(prefix="/v1")
 
-    @router.get("/annotations", summary="Annotations in [start, end) (default: 30 days),"
-                " a page at a time")
-    async def get_annotations(request: Request, start: str | None = None,
-                              end: str | None = None, team: str | None = None,
-                              tag: str | None = None, limit: int = PAGE_DEFAULT,
-                              cursor: str | None = None) -> dict[str, Any]:
-        auth.require_reader(request.headers.get("authorization"))
-        _text("team", team)
-        _text("tag", tag)
-        if not 1 <= limit <= PAGE_MAX:
-            raise Unprocessable(f"limit: must be 1 to {PAGE_MAX}")
-        after = page_after(cursor)
-        start_dt, end_dt = parse_window(start, end, clock(), default=DEFAULT_COHORT)
-        page = await run_in_threadpool(results.list_annotations, engine, start_dt, end_dt,
-                                       team, tag, limit, after)
-        return {"start": start_dt.isoformat(), "end": end_dt.isoformat(),
-                "annotations": page.annotations, "next": page_cursor(page.next_after)}
 
-    @router.get("/impact", summary="What a change gained: baseline cohort against candidate")
-    async def get_impact(request: Request, baseline_start: str | None = None,
-                         baseline_end: str | None = None, candidate_start: str | None = None,
-                         candidate_end: str | None = None, model: str | None = None,
-                         team: str | None = None, baseline_label: Labels = [],  # noqa: B006
-                         candidate_label: Labels = [],  # noqa: B006
-                         around: int | None = None, days: float = 7.0) -> dict[str, Any]:
-        auth.require_reader(request.headers.get("authorization"))
-        _text("model", model)
-        _text("team", team)
-        b_labels = _labels("baseline_label", baseline_label)
-        c_labels = _labels("candidate_label", candidate_label)
-        now = clock()
-        note = None
-        if around is not None:
-            if any(v is not None for v in (baseline_start, baseline_end, candidate_start,
-                                           candidate_end)):
-                raise Unprocessable("around: give either around= or cohort bounds, not both")
-            if not 0 < around < 2**63:
-                raise NotFound(f"annotation {around} is unknown")
-            if not 0 < days <= MAX_WINDOW.days:
-                raise Unprocessable(f"days: must be in (0, {MAX_WINDOW.days}]")
-            note = await run_in_threadpool(results.get_annotation, engine, around)
-            if note is None:
-                raise NotFound(f"annotation {around} is unknown")
-            ts = datetime.fromisoformat(note["ts"])
-            b_win, c_win = results.around(ts, days)
-        else:
-            bs, be = _instant("baseline_start", baseline_start), _instant("baseline_end",
-                                                                          baseline_end)
-            cs, ce = _instant("candidate_start", candidate_start), _instant("candidate_end",
-                                                                            candidate_end)
-            b_win = _cohort_window(bs or cs, be or ce, now, "baseline")
-            c_win = _cohort_window(cs or bs, ce or be, now, "candidate")
-        baseline = results.Selector(*b_win, model=model, team=team, labels=b_labels)
-        candidate = results.Selector(*c_win, model=model, team=team, labels=c_labels)
-        out = await run_in_threadpool(results.impact_report, engine, baseline, candidate)
-        if note is not None:
-            out["annotation"] = note
-        return out
+@router.post("/annotations", status_code=201, response_model=Created,
+             summary="Mark a change (admin, or a writer for its own team)")
+async def post_annotation(request: Request, who: Annotator, ctx: Context) -> dict[str, Any]:
+    s = ctx.settings
+    raw = await read_body(request, limit=s.annotation_max_body_bytes,
+                          deadline_s=s.ingest_body_deadline_s)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise Unprocessable("body: must be JSON") from None
+    fields = _annotation_body(body, who, ctx.clock())
+    max_per_team = s.annotations_max_per_team
+    new_id = await run_in_threadpool(results.add_annotation, ctx.engine,
+                                     created_by=who.token_id, max_per_team=max_per_team,
+                                     **fields)
+    if new_id is None:
+        whose = f"team {fields['team']!r}" if fields["team"] else "the fleet (no team)"
+        raise Conflict(f"{whose} already has {max_per_team} annotations, the limit"
+                       " (ETT_ANNOTATIONS_MAX_PER_TEAM); delete old ones first"
+                       " (DELETE /v1/annotations/ID)")
+    return {"id": new_id}
 
-    @router.get("/whatif", summary="Projected ETT if one component's time shrank")
-    async def get_whatif(request: Request, component: str, reduction: float,
-                         start: str | None = None, end: str | None = None,
-                         model: str | None = None, team: str | None = None,
-                         label: Labels = []) -> dict[str, Any]:  # noqa: B006
-        auth.require_reader(request.headers.get("authorization"))
-        _text("model", model)
-        _text("team", team)
-        _text("component", component)
-        labels = _labels("label", label)
-        window = _cohort_window(_instant("start", start), _instant("end", end), clock(),
-                                "cohort")
-        selector = results.Selector(*window, model=model, team=team, labels=labels)
-        try:
-            return await run_in_threadpool(results.whatif_report, engine, selector, component,
-                                           reduction)
-        except ValueError as exc:
-            raise Unprocessable(str(exc)) from None
 
-    return router
+@router.delete("/annotations/{annotation_id}", status_code=204,
+               summary="Delete an annotation (admin, or a writer of its team)")
+async def delete_annotation(who: Annotator, ctx: Context, annotation_id: int) -> Response:
+    if not 0 < annotation_id < 2**63:
+        raise NotFound(f"annotation {annotation_id} is unknown")
+    deleted = await run_in_threadpool(results.delete_annotation, ctx.engine, annotation_id,
+                                      who.team, who.is_admin)
+    if not deleted:
+        raise NotFound(f"annotation {annotation_id} is unknown"
+                       + ("" if who.is_admin else f" for team {who.team!r}"))
+    return Response(status_code=204)
+
+
+@router.get("/annotations", response_model=AnnotationPage,
+            summary="Annotations in [start, end) (default: 30 days), a page at a time")
+async def get_annotations(_caller: Reader, ctx: Context, start: str | None = None,
+                          end: str | None = None, team: str | None = None,
+                          tag: str | None = None, limit: int = PAGE_DEFAULT,
+                          cursor: str | None = None) -> dict[str, Any]:
+    _text("team", team)
+    _text("tag", tag)
+    if not 1 <= limit <= PAGE_MAX:
+        raise Unprocessable(f"limit: must be 1 to {PAGE_MAX}")
+    after = page_after(cursor)
+    start_dt, end_dt = parse_window(start, end, ctx.clock(), default=DEFAULT_COHORT)
+    page = await run_in_threadpool(results.list_annotations, ctx.engine, start_dt, end_dt,
+                                   team, tag, limit, after)
+    return {"start": start_dt.isoformat(), "end": end_dt.isoformat(),
+            "annotations": page.annotations, "next": page_cursor(page.next_after)}
+
+
+@router.get("/impact", response_model=ImpactReport, response_model_exclude_unset=True,
+            summary="What a change gained: baseline cohort against candidate")
+async def get_impact(_caller: Reader, ctx: Context, baseline_start: str | None = None,
+                     baseline_end: str | None = None, candidate_start: str | None = None,
+                     candidate_end: str | None = None, model: str | None = None,
+                     team: str | None = None, baseline_label: Labels = [],  # noqa: B006
+                     candidate_label: Labels = [],  # noqa: B006
+                     around: int | None = None, days: float = 7.0) -> dict[str, Any]:
+    _text("model", model)
+    _text("team", team)
+    b_labels = _labels("baseline_label", baseline_label)
+    c_labels = _labels("candidate_label", candidate_label)
+    now = ctx.clock()
+    note = None
+    if around is not None:
+        if any(v is not None for v in (baseline_start, baseline_end, candidate_start,
+                                       candidate_end)):
+            raise Unprocessable("around: give either around= or cohort bounds, not both")
+        if not 0 < around < 2**63:
+            raise NotFound(f"annotation {around} is unknown")
+        if not 0 < days <= MAX_WINDOW.days:
+            raise Unprocessable(f"days: must be in (0, {MAX_WINDOW.days}]")
+        note = await run_in_threadpool(results.get_annotation, ctx.engine, around)
+        if note is None:
+            raise NotFound(f"annotation {around} is unknown")
+        ts = datetime.fromisoformat(note["ts"])
+        b_win, c_win = results.around(ts, days)
+    else:
+        bs, be = _instant("baseline_start", baseline_start), _instant("baseline_end",
+                                                                      baseline_end)
+        cs, ce = _instant("candidate_start", candidate_start), _instant("candidate_end",
+                                                                        candidate_end)
+        b_win = _cohort_window(bs or cs, be or ce, now, "baseline")
+        c_win = _cohort_window(cs or bs, ce or be, now, "candidate")
+    baseline = results.Selector(*b_win, model=model, team=team, labels=b_labels)
+    candidate = results.Selector(*c_win, model=model, team=team, labels=c_labels)
+    out = await run_in_threadpool(results.impact_report, ctx.engine, baseline, candidate)
+    if note is not None:
+        out["annotation"] = note
+    return out
+
+
+@router.get("/whatif", response_model=WhatIf, response_model_exclude_unset=True,
+            summary="Projected ETT if one component's time shrank")
+async def get_whatif(_caller: Reader, ctx: Context, component: str, reduction: float,
+                     start: str | None = None, end: str | None = None,
+                     model: str | None = None, team: str | None = None,
+                     label: Labels = []) -> dict[str, Any]:  # noqa: B006
+    _text("model", model)
+    _text("team", team)
+    _text("component", component)
+    labels = _labels("label", label)
+    window = _cohort_window(_instant("start", start), _instant("end", end), ctx.clock(),
+                            "cohort")
+    selector = results.Selector(*window, model=model, team=team, labels=labels)
+    try:
+        return await run_in_threadpool(results.whatif_report, ctx.engine, selector, component,
+                                       reduction)
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from None

@@ -1,8 +1,9 @@
 """Strict query strings: a parameter a route does not take is a 422 naming the valid ones.
 
-A misspelt `groupby=team` used to be ignored and the fleet total came back, which reads as
-an answer. Routers opt in with `dependencies=[Depends(reject_unknown)]`; the valid names
-are read from the route's own signature, so a new parameter never needs listing twice.
+A misspelt `groupby=team` is refused rather than ignored: ignored, it would give the fleet
+total, which reads as an answer. Routers opt in with
+`dependencies=[Depends(reject_unknown)]`; the valid names are read from the route's own
+signature, so a new parameter never needs listing twice.
 """
 
 from __future__ import annotations

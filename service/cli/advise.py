@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from service.results.advice import fleet_checkpoint_advice
+from service.results.checkpoint_advice import fleet_checkpoint_advice
 from service.store.engine import open_database
 from service.wire.event import WireError, parse_rfc3339
 

@@ -4,7 +4,6 @@ the demo fleet."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import errno
 import gc
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from service.api.app import AppContext
+    from service.api.context import AppContext
     from service.settings import Settings
 
 log = logging.getLogger("ett.serve")
@@ -30,32 +29,17 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
     # Imported here: the other commands never load the web stack.
     import uvicorn
 
-    from service.access.auth import Authenticator
-    from service.aggregate import build_aggregator
-    from service.api.app import AppContext, create_app
+    from service.api.app import create_app
+    from service.api.context import build_context
     from service.store import migrate
     from service.store.engine import open_database
-    from service.store.ingest_pool import pool_for
 
     with open_database(settings, create=True) as db:
         migrate.upgrade(db.engine)
         if db.admin_token is None:
             log.warning("no ETT_ADMIN_TOKEN set: only tokens from the token store can be used")
-        ingest_pool = pool_for(db.url, settings)
-        ctx = AppContext(
-            settings=settings,
-            engine=db.engine,
-            auth=Authenticator(db.admin_token),
-            aggregator=build_aggregator(settings, db.engine),
-            ingest_pool=ingest_pool,
-        )
-        collector = None
-        if aggregator and ctx.aggregator is not None:
-            from service.metrics.collector import register_aggregator_metrics
-
-            collector = register_aggregator_metrics(
-                ctx.registry, ctx.aggregator, db.engine, settings.metrics_max_models_per_team,
-                settings.metrics_max_teams)
+        ctx = build_context(settings, db.engine, admin_token=db.admin_token,
+                            ingest_url=db.url, export_aggregates=aggregator)
 
         stop = threading.Event()
         background = _start_background(ctx, aggregator=aggregator, stop=stop)
@@ -102,9 +86,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
             stop.set()
             for thread in background:
                 thread.join(timeout=15)
-            if collector is not None:
-                collector.close()
-            asyncio.run(ingest_pool.close())
+            ctx.close()
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`ett tokens create|list|revoke`: the token store from the command line (issue 9)."""
+"""`ett tokens create|list|revoke`: the token store from the command line."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 returns the template's figures from the answers of `service.results` the API returns.
 
 Adding a page is one builder and one template, then one `Page` in `PAGES`. The
-checkpoint-advice panel and page show the plain dicts of `service.results.advice`, and
+checkpoint-advice panel and page show the plain dicts of `service.results.checkpoint_advice`, and
 the impact page those of `service.results.impact` (console/impact.py), unchanged, so
 their figures are the endpoints' and the CLI's.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from service.errors import NotFound, Unprocessable
-from service.results.advice import checkpoint_advice, fleet_checkpoint_advice
+from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
 from service.results.jobs import job_timeline, model_jobs
 from service.results.series import ett_series
 from service.results.windows import ett_window, models_overview, team_bill
@@ -147,6 +147,6 @@ PAGES: tuple[Page, ...] = (
     Page("Team", "/teams/{team}", "team.html", team),
     Page("Model", "/models/{model}", "model.html", model),
     Page("Job", "/jobs/{job_id}", "job.html", job),
-    Page("Checkpoint advice", "/checkpoints", "checkpoints.html", checkpoints, nav=True),
+    Page("Checkpoint advice", "/checkpoints", "checkpoint_advice.html", checkpoints, nav=True),
     Page("Impact", "/impact", "impact.html", impact, nav=True),
 )

@@ -23,8 +23,6 @@ from service.errors import EttError, Unavailable
 
 COOKIE = "ett_session"
 IDLE_S = 12 * 3600.0
-MAX_SESSIONS = 10_000
-PER_TOKEN = 20
 
 
 @dataclass
@@ -43,8 +41,8 @@ class Sessions:
     cannot sign anyone else out.
     """
 
-    def __init__(self, auth: Authenticator, idle_s: float = IDLE_S,
-                 max_sessions: int = MAX_SESSIONS, per_token: int = PER_TOKEN) -> None:
+    def __init__(self, auth: Authenticator, *, max_sessions: int, per_token: int,
+                 idle_s: float = IDLE_S) -> None:
         self._auth = auth
         self._idle_s = idle_s
         self.max_sessions = max_sessions

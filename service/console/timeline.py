@@ -11,9 +11,10 @@ it then needs no script and prints as it shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
+from ett_core.instants import dt_to_us, us_to_dt
 from ett_core.taxonomy import COMPONENTS, STALLED
 
 from .formats import seconds as _span
@@ -127,13 +128,12 @@ def axis_ticks(t0: datetime, t1: datetime, x_of: Any) -> list[dict[str, Any]]:
     span_s = max((t1 - t0).total_seconds(), 0.001)
     step_s = next((s for s in _STEPS if span_s / s <= MAX_TICKS - 1), _STEPS[-1])
     step_us = round(step_s * 1e6)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    t0_us = (t0 - epoch) // timedelta(microseconds=1)
+    t0_us = dt_to_us(t0)
     first_us = -(-t0_us // step_us) * step_us  # the first multiple at or after t0
     ticks, day = [], None
     long_span = span_s >= 86400 and step_s < 86400
     t_us = first_us
-    while (ts := epoch + timedelta(microseconds=t_us)) <= t1:
+    while (ts := us_to_dt(t_us)) <= t1:
         x = x_of(ts)
         # Over a day or more the same time of day recurs: every tick then names its day.
         label = _tick_label(ts, step_s, ts.date() != day or long_span)

@@ -13,8 +13,8 @@ of change the paper measured:
 - faster recovery: a failure is detected and the job torn down in 1 min instead of 10,
   the restart is rescheduled at once and its checkpoint loads 3x faster.
 
-`paired_table()` computes the figures of docs/impact.md with the engine itself, so the
-document can be regenerated and checked (tests/test_demo_paired.py).
+`paired_table()` computes the figures of docs/impact.md with the core itself, so the
+document can be regenerated and checked (tests/demo/test_demo_paired.py).
 """
 
 from __future__ import annotations

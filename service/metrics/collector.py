@@ -36,6 +36,7 @@ from service.results.snapshot import (
     build_snapshot,
     first_seen,
 )
+from service.settings import default
 from service.store import state
 
 from .folding import fold_models, fold_teams, kept_models, kept_teams
@@ -79,7 +80,8 @@ def _decode(rows: Iterable[list[object]]) -> dict[Key, float]:
 
 class AggregatorCollector(Collector):
     def __init__(self, engine: Engine, aggregator: Aggregator,
-                 max_models_per_team: int = 200, max_teams: int = 100) -> None:
+                 max_models_per_team: int = default("metrics_max_models_per_team"),
+                 max_teams: int = default("metrics_max_teams")) -> None:
         self.engine = engine
         self.max_models_per_team = max_models_per_team
         self.max_teams = max_teams
@@ -258,7 +260,7 @@ class AggregatorCollector(Collector):
             labels=["model", "team"],
         )
         running = GaugeMetricFamily(
-            "ett_jobs_running", "Jobs with an open attempt.", labels=["model", "team"]
+            "ett_jobs_running", "Jobs with a running attempt.", labels=["model", "team"]
         )
         failures = CounterMetricFamily(
             "ett_failures", "Interruptions (NoF) by cause.", labels=["model", "team", "cause"]
@@ -388,9 +390,11 @@ class AggregatorCollector(Collector):
 
 def register_aggregator_metrics(
     registry: CollectorRegistry, aggregator: Aggregator, engine: Engine,
-    max_models_per_team: int = 200, max_teams: int = 100,
+    max_models_per_team: int = default("metrics_max_models_per_team"),
+    max_teams: int = default("metrics_max_teams"),
 ) -> AggregatorCollector:
-    """Attach the exporter to `aggregator` so every pass refreshes the snapshot."""
+    """Register the exporter in `registry` and as a listener of `aggregator`, so every pass
+    refreshes the snapshot."""
     collector = AggregatorCollector(engine, aggregator, max_models_per_team, max_teams)
     duration = Histogram(
         "ett_aggregation_duration_seconds", "Duration of aggregation passes.",
@@ -400,9 +404,8 @@ def register_aggregator_metrics(
                    registry=registry)
     for outcome in ("ok", "error"):
         jobs.labels(outcome)
-    previous = aggregator.after_pass
 
-    def after_pass(report: PassReport) -> None:
+    def on_pass(report: PassReport) -> None:
         duration.observe(report.duration_seconds)
         jobs.labels("ok").inc(report.jobs_recomputed)
         jobs.labels("error").inc(report.jobs_failed)
@@ -410,9 +413,7 @@ def register_aggregator_metrics(
             collector.refresh(report.finished_at)
         except Exception:
             log.exception("metrics: snapshot refresh failed")
-        if previous is not None:
-            previous(report)
 
-    aggregator.after_pass = after_pass
+    aggregator.listen(on_pass)
     registry.register(collector)
     return collector

@@ -1,7 +1,7 @@
 """Impact answers (docs/impact.md): cohorts compared, what-ifs, annotations by page.
 
 The sums come from `store/impact.py` (`job_impact` rows, written with each job's results);
-the arithmetic is the engine's (ett_core.impact). The public functions return plain dicts
+the arithmetic is the core's (ett_core.impact). The public functions return plain dicts
 (the API, the CLI and the console share them).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from ett_core.impact import Cohort, cohort_wire, impact, whatif
+from ett_core.impact import Cohort, impact, whatif
 from service.errors import Unprocessable
 from service.store import impact as impact_rows
 
@@ -64,11 +64,6 @@ def whatif_report(engine: Engine, selector: Selector, component: str,
     out = whatif(cohort, component, reduction)
     out["cohort"]["selector"] = _selector_wire(selector)
     return out
-
-
-def cohort_report(engine: Engine, selector: Selector) -> dict[str, Any]:
-    with engine.connect() as conn:
-        return cohort_wire(load_cohort(conn, selector))
 
 
 # --- annotations ------------------------------------------------------------------------

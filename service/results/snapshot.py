@@ -38,7 +38,7 @@ class Snapshot:
     tts_sum: dict[Key, float] = field(default_factory=dict)
     ttr_buckets: dict[Key, list[int]] = field(default_factory=dict)  # team, cause
     ttr_sum: dict[Key, float] = field(default_factory=dict)
-    # Stalls: open jobs stalled now, and settled stalled GPU-seconds (model, team).
+    # Stalls: running jobs stalled now, and settled stalled GPU-seconds (model, team).
     stalled_jobs: dict[Key, int] = field(default_factory=dict)
     stalled_gpu_seconds: dict[Key, float] = field(default_factory=dict)
     # Per team, how many models' series were summed into model="other" (metrics/folding.py).
@@ -79,7 +79,7 @@ def first_seen(conn: Connection) -> list[tuple[str, str, datetime]]:
     return q.first_seen(conn)
 
 
-def build_snapshot(conn: Connection, now: datetime, silent_after_s: float = 600.0) -> Snapshot:
+def build_snapshot(conn: Connection, now: datetime, silent_after_s: float) -> Snapshot:
     snap = Snapshot(taken_at=now)
     for model, team, queue_s, uninstrumented in q.scheduler_totals(conn):
         snap.queue_seconds[(model, team)] = queue_s

@@ -26,7 +26,6 @@ from ett_core.instants import HOUR_US
 
 NULL = "\\N"
 _SPECIAL = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def opt(value: object) -> str:

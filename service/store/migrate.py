@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from alembic import command
@@ -9,6 +10,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
+
+from .retention import ensure_partitions
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # Several replicas may start at once; one migrates, the others wait on this lock.
@@ -35,9 +38,12 @@ def current_revision(conn: Connection) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate to `revision`, then create the events partitions of this month and the
+    months ahead (retention.ensure_partitions)."""
     with engine.begin() as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
         command.upgrade(alembic_config(conn), revision)
+    ensure_partitions(engine, datetime.now(UTC))
 
 
 def downgrade(engine: Engine, revision: str) -> None:

@@ -127,12 +127,12 @@ def models_and_teams(conn: Connection) -> list[tuple[str, str]]:
 
 
 # Stalls (docs/model.md section 24) for /metrics: jobs with a stall going on now (the
-# latest result of an open job says since when), and stalled GPU-time settled so far.
+# latest result of a running job says since when), and stalled GPU-time settled so far.
 _STALLED_NOW = "$.progress[*] ? (@.stalled_since != null)"
 
 
 def stalled_jobs(conn: Connection) -> dict[tuple[str, str], int]:
-    """Open jobs stalled now, by (model, team)."""
+    """Running jobs stalled now, by (model, team)."""
     rows = conn.execute(text(
         "SELECT model, team, count(*) FROM jobs"
         " WHERE open AND jsonb_path_exists(result, CAST(:path AS jsonpath))"
@@ -149,7 +149,7 @@ def stalled_gpu_us(conn: Connection, phase: str) -> dict[tuple[str, str], int]:
 
 
 # The scheduler's word (docs/model.md): read from each job's result document, where the
-# engine put queue time and each attempt's instrumentation.
+# core put queue time and each attempt's instrumentation.
 SCHEDULER_TOTALS_SQL = """
 SELECT j.model, j.team,
        coalesce(sum((j.result->>'queue_seconds')::float8), 0),

@@ -1,12 +1,12 @@
 """A job's computation as the rows stored for it, formatted as COPY text.
 
-Rows go in by COPY: the JSON documents unpacked by json_to_recordset that this replaced
-cost more on both sides (docs/performance.md). Job ids are names validated at ingest (no
+Rows go in by COPY, the cheapest way in on both sides (JSON documents unpacked by
+json_to_recordset cost more; docs/performance.md). Job ids are names validated at ingest (no
 tab, newline or backslash); labels can come from the taxonomy file, so they are escaped.
 
 The per-attempt checkpoint facts (`checkpoint_attempts`) go in the same way, with the job's
 other rows, so the facts advice reads always belong to the results the rest of the service
-shows (a pass rewrites every open job's facts).
+shows (a pass rewrites every running job's facts).
 
 Keeping a job's rows as values (`JobRows`) also lets a pass compare them with what it
 wrote for the job last time and rewrite only what changed (`store.results.update_jobs`).

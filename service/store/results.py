@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -19,27 +19,18 @@ from sqlalchemy import Connection, text
 
 from ett_core import Event, JobComputation
 from ett_core.events import ATTRS_READ, NO_ATTRS
-from ett_core.instants import HOUR_US
+from ett_core.instants import HOUR_US, us_to_dt
 from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
 from .result_rows import CHECKPOINT_COLUMNS, JobRows, RollupKey, RowFormatter, checkpoint_lines
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).
 JOB_LOCK_CLASS = 0x455454  # "ETT"
 
 FleetKey = tuple[int, str, str, str, str, str]  # hour_us, model, team, component, phase, owner
 TotalKey = tuple[str, str, str, str]  # model, team, component, owner
-
-
-def us_to_dt(ts_us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=ts_us)
-
-
-def dt_to_us(ts: datetime) -> int:
-    return (ts - _EPOCH) // timedelta(microseconds=1)
 
 
 # For each chunk's transaction (`service.aggregate`):
@@ -58,13 +49,13 @@ def set_chunk_settings(conn: Connection) -> None:
     conn.exec_driver_sql(_CHUNK_SETTINGS)
 
 
-def dirty_candidates(conn: Connection) -> dict[str, datetime]:
+def queued_jobs(conn: Connection) -> dict[str, datetime]:
     """Jobs with unprocessed events, with the time their oldest mark was queued."""
     rows = conn.execute(text("SELECT job_id, min(marked_at) FROM dirty_jobs GROUP BY job_id"))
     return {job_id: marked for job_id, marked in rows}
 
 
-def open_jobs(conn: Connection) -> list[str]:
+def running_jobs(conn: Connection) -> list[str]:
     """Jobs whose result depends on `now` (running attempts, pending heartbeat timeouts)."""
     return [r[0] for r in conn.execute(text("SELECT job_id FROM jobs WHERE open"))]
 
@@ -130,7 +121,7 @@ def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:
     return [job for job, locked in rows if locked]
 
 
-def dirty_seqs(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]]:
+def queue_rows(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]]:
     """The queue rows this pass consumes, read *before* the events.
 
     Every row visible now belongs to a committed batch whose events the next statement
@@ -144,8 +135,8 @@ def dirty_seqs(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]
 
 
 _JOB_ID = itemgetter(2)
-# Attrs only where the engine reads them: most events are heartbeats, whose only attr the
-# engine reads is the step counter (rank 0's), so the rest of their attrs is never decoded.
+# Attrs only where the core reads them: most events are heartbeats, whose only attr the
+# core reads is the step counter (rank 0's), so the rest of their attrs is never decoded.
 _LOAD_EVENTS = f"""
     SELECT event_id::text, (extract(epoch FROM ts) * 1000000)::bigint, job_id, attempt,
            model, type, phase, gpus, team, rank,
@@ -412,6 +403,6 @@ def requeue(conn: Connection, job_ids: Sequence[str]) -> None:
                      {"j": sorted(job_ids)})
 
 
-def consume_dirty(conn: Connection, seqs: Sequence[int]) -> None:
+def consume_queue_rows(conn: Connection, seqs: Sequence[int]) -> None:
     if seqs:
         conn.execute(text("DELETE FROM dirty_jobs WHERE seq = ANY(:s)"), {"s": list(seqs)})

@@ -53,9 +53,11 @@ events = Table(
     # Unknown top-level fields, kept verbatim so a newer client loses nothing.
     Column("extra", JSONB),
     Column("received_at", TS, nullable=False, server_default=text("now()")),
-    PrimaryKeyConstraint("job_id", "event_id", "ts"),
-    Index("ix_events_job_id_ts", "job_id", "ts"),
-    Index("ix_events_received_at", "received_at", postgresql_using="brin"),
+    # Job first (every read is by job, in time order; the distribution column if the
+    # table is ever sharded, docs/scale-out.md), the partition column in the key.
+    PrimaryKeyConstraint("job_id", "ts", "event_id"),
+    # By month on ts (store/retention.py): retention drops whole months.
+    postgresql_partition_by="RANGE (ts)",
 )
 
 # A work queue rather than a received_at watermark: a watermark misses rows whose
@@ -109,7 +111,7 @@ attempts = Table(
     PrimaryKeyConstraint("job_id", "attempt"),
 )
 
-# The engine's segments, clipped at hour boundaries so that a window edge reads one hour
+# The core's segments, clipped at hour boundaries so that a window edge reads one hour
 # of one index instead of every segment that ends after it.
 segments = Table(
     "segments",
@@ -221,7 +223,7 @@ aggregator_state = Table(
     Column("updated_at", TS, nullable=False, server_default=text("now()")),
 )
 
-# API tokens (issue 9). Only a SHA-256 of the secret is stored: the secret is 256 random
+# API tokens. Only a SHA-256 of the secret is stored: the secret is 256 random
 # bits, so a fast hash is as safe as a slow one and lets a lookup use the unique index.
 api_tokens = Table(
     "api_tokens",
@@ -238,7 +240,7 @@ api_tokens = Table(
     CheckConstraint("role IN ('admin', 'writer', 'reader', 'adapter')", name="ck_api_tokens_role"),
 )
 
-# Jobs whose computation or storage failed (issue 15): left out of passes until their
+# Jobs whose computation or storage failed: left out of passes until their
 # events change (a dirty_jobs seq above last_seq), listed by GET /v1/admin/quarantine.
 aggregation_quarantine = Table(
     "aggregation_quarantine",
@@ -261,7 +263,7 @@ job_owners = Table(
     Column("team", Text),
 )
 
-# Per job, what a cohort sums (issue 17, docs/impact.md): GPU-microseconds per Level-1
+# Per job, what a cohort sums (docs/impact.md): GPU-microseconds per Level-1
 # overhead term and component, so a cohort of 10,000 jobs is one indexed sum.
 IMPACT_TERMS = ("tts", "ttr", "in_loop_overhead", "final_shutdown")
 IMPACT_COMPONENTS = ("scheduling", "initialization", "compilation", "effective_training",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ett_core.events import PHASE_TYPES
 from service.store.copy_text import EventRow, EventRows
 
 from .event import (
@@ -41,7 +42,6 @@ from .rejections import every_error
 # What `datetime.fromisoformat` and PostgreSQL's timestamptz input read identically, already
 # in UTC, to the microsecond: stored as sent. Other offsets take the slow path (normalised).
 _UTC_TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|\+00:00)")
-_PHASE_TYPES = frozenset({"phase_start", "phase_end"})
 
 
 class WriteScope(Protocol):
@@ -110,7 +110,7 @@ def _plain_row(obj: Any, lo: datetime, hi: datetime, names: set[str]) -> EventRo
         return None
     phase, gpus, team, rank = get("phase"), get("gpus"), get("team"), get("rank")
     if phase is None:
-        if etype in _PHASE_TYPES:
+        if etype in PHASE_TYPES:
             return None
     elif phase not in names or phase in RESERVED_PHASES:
         return None
@@ -171,7 +171,7 @@ def validate_batch(
     jobs: set[str] = set()
     rejected: list[dict[str, Any]] = []
     forbidden: list[str] = []
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str, datetime]] = set()
     indices: list[int] = []
     names: set[str] = set()
     scope: dict[tuple[str, str | None, bool], str | None] = {}
@@ -206,8 +206,9 @@ def validate_batch(
             forbidden.append(error)
             continue
         # An id is one event within its job and instant (the store's key); the same id in
-        # another job is another event.
-        identity = (row.event_id, row.job_id, row.ts)
+        # another job is another event. The instant, not its text: the fast path keeps the
+        # text as sent, and two spellings of one instant are one key to the store.
+        identity = (row.event_id, row.job_id, datetime.fromisoformat(row.ts))
         if identity in seen:
             duplicates += 1
             continue

@@ -14,17 +14,15 @@ from typing import Any
 
 import orjson
 
+from ett_core import events as vocabulary
+from ett_core.events import FAILURE_CAUSES, RELEASE_REASONS
 from ett_core.taxonomy import RESERVED_PHASES  # re-exported for the fast path
 from service.wire.labels import LabelError, check_labels
 
-EVENT_TYPES = frozenset(
-    {"allocated", "released", "phase_start", "phase_end", "checkpoint", "failure", "heartbeat"}
-)
-FAILURE_CAUSES = ("infra", "user", "preemption")
+EVENT_TYPES = frozenset(vocabulary.EVENT_TYPES)
 # The model and team name /metrics folds the series beyond its bounds into: no writer may
 # send it, so a folded series never mixes with a real one.
 FOLDED = "other"
-RELEASE_REASONS = ("completed", "failed", "preempted", "cancelled")
 KNOWN_FIELDS = frozenset(
     {
         "event_id",
@@ -46,14 +44,14 @@ NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 CANONICAL_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MAX_ATTRS_BYTES = 8 * 1024
 # Levels of objects and arrays inside `attrs` (or the unknown fields): every reader of them
-# (the JSON encoders, PostgreSQL's jsonb, the engine) recurses, and 1,000 levels in 2 KB
-# once ended in a RecursionError (a 500).
+# (the JSON encoders, PostgreSQL's jsonb, the core) recurses: 1,000 levels in 2 KB would
+# end in a RecursionError (a 500).
 MAX_ATTRS_DEPTH = 32
 MAX_INT32 = 2**31 - 1
 # Bounds (docs/model.md, "Bounds"). The tightest sum is one UTC day of the fleet rollup for
 # one model in GPU-microseconds (a bigint): a million GPUs all day is 1e6 * 8.64e10 = 8.6e16,
-# a hundredth of 2**63 (9.2e18). One attempt may hold at most 2**20 GPUs: at the old bound
-# (2**31 - 1) a single three-hour attempt made a day row of 2.3e19 and every pass failed.
+# a hundredth of 2**63 (9.2e18). One attempt may hold at most 2**20 GPUs: at 2**31 - 1
+# a single three-hour attempt would make a day row of 2.3e19, past the bigint.
 MAX_GPUS = 2**20
 MAX_ATTEMPT = 1_000_000
 MAX_RANK = 2**20

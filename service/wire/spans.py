@@ -14,15 +14,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from ett_core.instants import us_to_dt
 
 from .otlp import SpanRecord
 from .span_mapping import SpanMapping
 
 # Fixed for ever: changing it would make re-sent spans look new.
 _NAMESPACE = uuid.UUID("6d1f0f5e-3c1b-5b7e-9a51-0e7d2f1c9a20")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -40,8 +40,8 @@ def event_id(trace_id: str, span_id: str, role: str, job_id: Any, attempt: Any) 
 
 
 def rfc3339(unix_ns: int) -> str:
-    # Whole microseconds: the wire's (and the engine's) resolution.
-    return (_EPOCH + timedelta(microseconds=unix_ns // 1000)).isoformat()
+    # Whole microseconds: the wire's (and the core's) resolution.
+    return us_to_dt(unix_ns // 1000).isoformat()
 
 
 def _int_attr(value: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
+from ett_core.events import PHASE_TYPES
 from service.store.copy_text import EventRows
 
 from .batch import ValidatedBatch, WriteScope
@@ -72,7 +73,6 @@ _ID_DASHES = (8, 13, 18, 23)
 # refused); what it reads beyond the plain UTC form stored as sent is counted out below.
 _STAMPS = msgspec.json.Decoder(list[datetime])
 _LONG_FRACTION = re.compile(r"\.[0-9]{7}")
-_PHASE_TYPES = frozenset({"phase_start", "phase_end"})
 
 
 def _ids_canonical(ids: list[str]) -> bool:
@@ -119,7 +119,7 @@ def _names_valid(names: set[Any]) -> bool:
 def _kinds_valid(kinds: set[tuple[str, str | None, bool]]) -> bool:
     """(type, phase, gpus missing) of each event: known types, phases where required,
     gpus on `allocated`."""
-    return all(etype in EVENT_TYPES and not (phase is None and etype in _PHASE_TYPES)
+    return all(etype in EVENT_TYPES and not (phase is None and etype in PHASE_TYPES)
                and not (no_gpus and etype == "allocated") for etype, phase, no_gpus in kinds)
 
 

@@ -2,83 +2,19 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from service.access import tokens
-from service.access.auth import Authenticator
-from service.api.app import AppContext, create_app
+from service.api.app import create_app
+from service.api.context import build_context
 from service.settings import Settings
-from service.taxonomy import DEFAULT_TAXONOMY_PATH
-from tests import factories
+from tests.access.access_helpers import auth, event, post, stored_models, token
 from tests.conftest import ADMIN_TOKEN
-
-# Writers may send only events within the ingest window (7 days).
-RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
-
-
-def event(type_: str, minutes: float, **fields: Any) -> dict[str, Any]:
-    return factories.event(type_, minutes, **{"base": RECENT, **fields})
-
-
-@pytest.fixture
-def taxonomy_file(tmp_path: Path) -> Path:
-    """The default taxonomy plus an ownership entry: ads_ctr belongs to team ads."""
-    data = yaml.safe_load(DEFAULT_TAXONOMY_PATH.read_text())
-    data["models"] = {"ads_ctr": "ads", "ads_shared": "ads-platform"}
-    path = tmp_path / "taxonomy.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-@pytest.fixture
-def make_client(db_engine) -> Iterator[object]:
-    clients: list[TestClient] = []
-
-    def make(**overrides: object) -> TestClient:
-        settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
-                            **overrides)  # type: ignore[arg-type]
-        ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN))
-        client = TestClient(create_app(ctx))
-        client.__enter__()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
-
-
-@pytest.fixture
-def client(make_client, taxonomy_file):
-    return make_client(taxonomy=taxonomy_file)
-
-
-def token(engine, role: str, team: str | None = None, patterns: tuple[str, ...] = ()) -> dict:
-    with engine.begin() as conn:
-        info, secret = tokens.create_token(conn, role, team, patterns)
-    return {"Authorization": f"Bearer {secret}", "id": info.token_id}
-
-
-def auth(headers: dict) -> dict:
-    return {"Authorization": headers["Authorization"]}
-
-
-def stored_models(engine) -> list[str]:
-    with engine.connect() as conn:
-        return [r[0] for r in conn.execute(text("SELECT model FROM events ORDER BY model"))]
-
-
-def post(client, headers, events):
-    return client.post("/v1/events", json={"events": events}, headers=auth(headers))
+from tests.factories import FakeClock
 
 
 def test_a_writer_may_post_events_for_the_models_it_matches(client, db_engine) -> None:
@@ -135,11 +71,8 @@ def test_an_admin_may_write_any_model_and_team(client, db_engine) -> None:
 
 
 def test_a_reader_may_read_but_not_post_or_aggregate(make_client, db_engine) -> None:
-    from service.aggregate import build_aggregator
-
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
-    ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN),
-                     aggregator=build_aggregator(settings, db_engine))
+    ctx = build_context(settings, db_engine)
     with TestClient(create_app(ctx)) as client:
         reader = auth(token(db_engine, "reader"))
         writer = auth(token(db_engine, "writer", "ads", ("ads_*",)))
@@ -157,25 +90,27 @@ def test_a_reader_may_read_but_not_post_or_aggregate(make_client, db_engine) -> 
 
 
 def test_a_revoked_token_is_refused_within_the_cache_ttl(make_client, db_engine) -> None:
-    client = make_client(token_cache_ttl_s=0.5)
+    clock = FakeClock()
+    client = make_client(token_clock=clock, token_cache_ttl_s=0.5)
     writer = token(db_engine, "writer", "ads", ("ads_*",))
     assert post(client, writer, [event("heartbeat", 1, model="ads_a")]).status_code == 202
     with db_engine.begin() as conn:
         tokens.revoke_token(conn, writer["id"])
-    deadline = time.monotonic() + 5
+    deadline = clock.now + 5
     while post(client, writer, [event("heartbeat", 1, model="ads_a")]).status_code == 202:
-        assert time.monotonic() < deadline, "revocation did not take effect"
-        time.sleep(0.05)
+        assert clock.now < deadline, "revocation did not take effect"
+        clock.now += 0.05
     r = post(client, writer, [event("heartbeat", 1, model="ads_a")])
     assert r.status_code == 401 and "invalid or revoked token" in r.json()["detail"]
     assert client.get("/v1/models", headers=auth(writer)).status_code == 401
 
 
 def test_last_use_reaches_the_database_after_the_flush_interval(make_client, db_engine) -> None:
-    client = make_client(token_last_used_flush_s=0.2)
+    clock = FakeClock()
+    client = make_client(token_clock=clock, token_last_used_flush_s=0.2)
     reader = token(db_engine, "reader")
     client.get("/v1/models", headers=auth(reader))
-    time.sleep(0.3)
+    clock.now += 0.3
     client.get("/v1/models", headers=auth(reader))
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT last_used_at FROM api_tokens")).scalar() is not None

@@ -1,6 +1,6 @@
-"""Ownership (issue 15, defect 2): a job's model and team are fixed by its first stored
-event; a writer can never move another team's job or inject events into it. And (trust,
-round 2) a claim binds only the claiming team: another team's events for that id go to
+"""Ownership: a job's model and team are fixed by its first stored
+event; a writer can never move another team's job or inject events into it. And a claim
+binds only the claiming team: another team's events for that id go to
 that team's own job, never refused or merged."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sqlalchemy import text
 from ett_core import Taxonomy
 from service.aggregate import Aggregator
 from tests import factories
-from tests.access.test_access import auth, client, make_client, post, taxonomy_file, token
+from tests.access.access_helpers import auth, post, token
 
 # Writers may send only events within the ingest window (7 days).
 RECENT = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
@@ -26,7 +26,6 @@ def event(type_: str, minutes: float, **fields: Any) -> dict[str, Any]:
 def spec_example(**fields: Any) -> list[dict[str, Any]]:
     return factories.spec_example(base=RECENT, **fields)
 
-__all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
 
 def job_models(engine, job_id: str) -> list[tuple[str, str | None]]:
@@ -75,8 +74,8 @@ def test_a_writer_of_the_same_team_may_not_move_its_job_to_another_model(client,
 
 
 def test_a_squatted_job_id_does_not_stop_the_real_team(client, db_engine) -> None:
-    """Defect 3 of the second trust round: one heartbeat of the feed team's writer for a
-    predictable scheduler id made every later event of the ads team's real job rejected."""
+    """One heartbeat of the feed team's writer for a predictable scheduler id never gets
+    the ads team's real job's later events rejected."""
     feed = token(db_engine, "writer", "feed", ("feed_*",))
     ads = token(db_engine, "writer", "ads", ("ads_*",))
     squat = post(client, feed, [event("heartbeat", 0, job_id="slurm-1000123",
@@ -96,7 +95,7 @@ def test_a_squatted_job_id_does_not_stop_the_real_team(client, db_engine) -> Non
 
 
 def test_an_event_id_is_a_duplicate_only_within_its_job(client, db_engine) -> None:
-    """Defect 2: an id already stored in another team's job made a new event a silent
+    """An id already stored in another team's job does not make a new event a silent
     duplicate (accepted 0, duplicates 1)."""
     feed = token(db_engine, "writer", "feed", ("feed_*",))
     ads = token(db_engine, "writer", "ads", ("ads_*",))
@@ -141,7 +140,7 @@ def test_ownership_holds_on_the_copy_path_of_large_batches(client, db_engine) ->
 
 def test_a_resent_id_with_other_content_is_another_event_not_a_duplicate(client,
                                                                           db_engine) -> None:
-    """Defect 2: a re-sent id whose content differs (here another attempt at the same
+    """A re-sent id whose content differs (here another attempt at the same
     instant) is not a retry: it is stored under an id derived from its content."""
     admin = {"Authorization": "Bearer test-admin-token"}
     first = event("heartbeat", 0, job_id="re", model="m")

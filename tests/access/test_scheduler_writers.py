@@ -6,23 +6,12 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from service.access.auth import Authenticator
-from service.aggregate import build_aggregator
-from service.api.app import AppContext, create_app
+from service.api.app import create_app
+from service.api.context import build_context
 from service.settings import Settings
 from tests import factories
-from tests.access.test_access import (
-    RECENT,
-    client,
-    event,
-    make_client,
-    post,
-    taxonomy_file,
-    token,
-)
+from tests.access.access_helpers import RECENT, event, post, token
 from tests.conftest import ADMIN_TOKEN
-
-__all__ = ["client", "make_client", "taxonomy_file"]  # fixtures, shared
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -69,8 +58,7 @@ def test_bad_scheduler_attrs_are_named(client, db_engine) -> None:
 
 def test_a_mapping_mismatch_keeps_both_sides_and_shows_the_conflict(db_engine) -> None:
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
-    ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN),
-                     aggregator=build_aggregator(settings, db_engine))
+    ctx = build_context(settings, db_engine)
     with TestClient(create_app(ctx)) as client:
         _mismatch(client, db_engine)
 

@@ -11,14 +11,7 @@ from service.access import tokens
 from service.cli import main
 from service.errors import Unavailable
 from service.store.engine import make_engine
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.factories import FakeClock
 
 
 def create(engine, role="writer", team="ads", patterns=("ads_*",)):

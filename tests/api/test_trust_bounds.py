@@ -1,5 +1,5 @@
-"""Issue 26, part A: every body bounded and checked after the role, every date bounded,
-annotations limited and paged (defects 6, 7 and 9), through the real app on PostgreSQL."""
+"""Every body bounded and checked after the role, every date bounded, annotations limited
+and paged, through the real app on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _token(db_engine, role: str, team: str | None = None, patterns: tuple[str, .
     return {"Authorization": f"Bearer {secret}"}
 
 
-# --- defect 7: no 500 for dates at the calendar's ends ------------------------------------
+# --- no 500 for dates at the calendar's ends ------------------------------------
 
 @pytest.mark.parametrize(("path", "params", "field"), [
     ("/v1/impact", {"baseline_end": "0001-01-02T00:00:00Z"}, "baseline_end"),
@@ -104,7 +104,7 @@ def test_otlp_values_nested_past_the_limit_are_a_422_in_protobuf_too(api) -> Non
     assert "nested deeper than 16 levels" in r.json()["detail"]
 
 
-# --- defect 6: bodies bounded, the role checked before reading --------------------------------
+# --- bodies bounded, the role checked before reading --------------------------------
 
 def test_a_reader_is_refused_before_its_annotation_body_is_read(api, db_engine) -> None:
     reader = _token(db_engine, "reader")
@@ -136,7 +136,7 @@ def test_the_sign_in_form_is_bounded(api) -> None:
     assert ok.status_code == 303
 
 
-# --- defect 9: annotations limited per team, paged ---------------------------------------------
+# --- annotations limited per team, paged ---------------------------------------------
 
 @pytest.fixture
 def few_per_team(app_context):

@@ -11,11 +11,9 @@ import sys
 import pytest
 
 from service.cli import main
-from tests.cli.test_first_run import WINDOW, aggregated, ett, one_line_error, rows
+from tests.cli.test_first_run import WINDOW, ett, one_line_error, rows
 from tests.conftest import REPO
 from tests.factories import event
-
-__all__ = ["aggregated"]  # a fixture, shared
 
 
 @pytest.mark.parametrize("command", [

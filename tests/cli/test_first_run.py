@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from tests.factories import spec_example
 
 
 def ett(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -93,15 +92,6 @@ def test_a_second_serve_names_the_running_ett_server(tmp_path, service) -> None:
     assert f"already in use by an ETT telemetry server (pid {pid})" in line
     assert f"`kill {pid}`" in line
     assert "listening" not in result.stdout
-
-
-@pytest.fixture
-def aggregated(api, database_url, monkeypatch) -> None:
-    monkeypatch.setenv("ETT_DATABASE_URL", database_url)
-    monkeypatch.setenv("ETT_LOG_LEVEL", "warning")
-    monkeypatch.setenv("COLUMNS", "120")
-    assert api.post("/v1/events", json={"events": spec_example()}).json()["rejected"] == []
-    assert api.post("/v1/aggregate").status_code == 200
 
 
 def rows(out: str) -> list[list[str]]:

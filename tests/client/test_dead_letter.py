@@ -1,4 +1,4 @@
-"""Rejected events are never dropped silently (trust, round 2): they go to the dead-letter
+"""Rejected events are never dropped silently: they go to the dead-letter
 file beside the spool, are counted, and each distinct reason is logged once."""
 
 from __future__ import annotations

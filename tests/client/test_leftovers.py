@@ -1,4 +1,4 @@
-"""What a killed process left in the spool (issue 15, defect 6), against the real service:
+"""What a killed process left in the spool, against the real service:
 a new recorder delivers it without recording anything, flush/close wait for it, and a
 partly acknowledged segment resumes where the service's answers ended."""
 

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from service.demo.fleet import FleetSpec, fleet_events
+from tests.conftest import ADMIN_TOKEN
 
 
 class Figures(HTMLParser):
@@ -93,3 +94,9 @@ def first_job(job_id: str, base: datetime, minute: float) -> list[dict[str, Any]
             e("phase_start", 0, phase="compilation"), e("phase_end", 40, phase="compilation"),
             e("phase_start", 40, phase="training"), e("phase_end", 140, phase="training"),
             e("released", 150, attrs={"reason": "completed"})]
+
+
+def sign_in(client: Any, token: str = ADMIN_TOKEN) -> Any:
+    """Post the sign-in form with `token`: a 303 to the console when it is accepted."""
+    return client.post("/ui/login", data={"token": token, "next": "/ui/"},
+                       follow_redirects=False)

@@ -10,10 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all
-from tests.console.test_console_pages import sign_in
 from tests.factories import spec_example
-
-pytestmark = pytest.mark.db
 
 # data-field on the pages -> where the endpoint's answer holds it
 FIELDS = {
@@ -36,13 +33,6 @@ PANEL_ONLY = {
 def _get(answer: dict[str, Any], where: tuple[str, str | None]) -> Any:
     outer, inner = where
     return answer[outer] if inner is None else answer[outer][inner]
-
-
-@pytest.fixture
-def browser(api: TestClient) -> TestClient:
-    client = TestClient(api.app)
-    assert sign_in(client).status_code == 303
-    return client
 
 
 @pytest.fixture

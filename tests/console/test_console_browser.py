@@ -21,7 +21,7 @@ from tests.conftest import REPO
 from tests.console.console_helpers import as_number, first_job, fleet_until_now, post_all
 from tests.factories import spec_example
 
-pytestmark = [pytest.mark.slow, pytest.mark.db]
+pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = REPO / "artifacts" / "console"
 

@@ -163,7 +163,6 @@ def _spec(*slos: Slo) -> SloSpec:
                    quantile_windows=(), slos=slos)
 
 
-@pytest.mark.db
 def test_slo_burn_of_a_component_share_from_the_rollups(db_engine) -> None:
     from sqlalchemy import text
 

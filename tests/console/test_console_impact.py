@@ -7,29 +7,19 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from ett_core.impact import OVERHEAD_TERMS
 from ett_core.taxonomy import COMPONENTS
 from service.demo import paired
 from tests.console.console_helpers import Figures, as_number, post_all
-from tests.console.test_console_pages import sign_in
 
-pytestmark = pytest.mark.db
 SUMMARY = {"delta_ett_pp": ("delta_ett_pp",), "total_gpu_seconds": ("savings", "total_gpu_seconds"),
            "recovery_share": ("recovery_share",), "startup_direct": ("startup_credit", "direct"),
            "startup_cascade": ("startup_credit", "cascade"),
            "ttr_to_tts_reduction": ("ttr_to_tts_reduction",)}
 COHORT = ("jobs", "running_excluded", "held_gpu_seconds", "effective_gpu_seconds", "ett_ratio",
           "nof", "mean_tts_seconds", "mean_ttr_seconds")
-
-
-@pytest.fixture
-def browser(api: TestClient) -> TestClient:
-    client = TestClient(api.app)
-    assert sign_in(client).status_code == 303
-    return client
 
 
 def _dig(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
@@ -166,7 +156,7 @@ def test_an_annotation_links_to_the_week_before_against_the_week_after(
 
 
 def test_the_changes_listed_come_a_page_at_a_time(api: TestClient, browser: TestClient) -> None:
-    # Issue 26, defect 9: 2,000 posts once made this page 22 MB for every user.
+    # Unpaged, 2,000 posts would make this page 22 MB for every user.
     from service.console.impact import NOTES_PAGE
 
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=20)

@@ -16,7 +16,7 @@ import pytest
 from tests.console.test_console_browser import CHROMIUM, SHOTS, served, sync_api
 
 __all__ = ["served"]  # a fixture, shared
-pytestmark = [pytest.mark.slow, pytest.mark.db]
+pytestmark = pytest.mark.slow
 WIDTHS = (1280, 1920)
 
 

@@ -3,35 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from service.access.auth import Authenticator
 from service.access.tokens import create_token, revoke_token
-from service.aggregate import build_aggregator
-from service.api.app import AppContext, create_app
+from service.api.app import create_app
+from service.api.context import build_context
 from service.settings import Settings
 from tests.conftest import ADMIN_TOKEN
-from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all
+from tests.console.console_helpers import Figures, as_number, fleet_until_now, post_all, sign_in
 from tests.factories import event, spec_example
 
-pytestmark = pytest.mark.db
 PAGES = ("/ui/", "/ui/teams/ads", "/ui/models/model-a", "/ui/jobs/job-1", "/ui/search?job_id=x")
-
-
-def sign_in(client: TestClient, token: str = ADMIN_TOKEN) -> Any:
-    return client.post("/ui/login", data={"token": token, "next": "/ui/"},
-                       follow_redirects=False)
-
-
-@pytest.fixture
-def browser(api: TestClient) -> TestClient:
-    """The same app as `api`, signed in to the console with a cookie (and no bearer)."""
-    client = TestClient(api.app)
-    assert sign_in(client).status_code == 303
-    return client
 
 
 def test_root_redirects_to_the_console(api: TestClient) -> None:
@@ -89,8 +73,7 @@ def test_sign_out_ends_the_session(browser: TestClient) -> None:
 def test_a_revoked_tokens_session_stops_working(db_engine) -> None:
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN,
                         token_cache_ttl_s=0.001)
-    ctx = AppContext(settings=settings, engine=db_engine, auth=Authenticator(ADMIN_TOKEN),
-                     aggregator=build_aggregator(settings, db_engine))
+    ctx = build_context(settings, db_engine)
     with db_engine.begin() as conn:
         info, token = create_token(conn, "reader", note="console test")
     with TestClient(create_app(ctx)) as client:
@@ -246,10 +229,10 @@ def test_sign_in_when_the_token_store_cannot_answer_is_a_503_with_a_message() ->
     from service.store.engine import make_engine
     from tests.conftest import free_port
 
-    # A real engine on a port where no PostgreSQL listens: the token store cannot tell.
+    # A real SQLAlchemy engine on a port where no PostgreSQL listens: the token store cannot tell.
     dead = make_engine(f"postgresql+psycopg://ett@127.0.0.1:{free_port()}/ett", pool_size=1)
     settings = Settings(database_url="postgresql://unused", admin_token=ADMIN_TOKEN)
-    ctx = AppContext(settings=settings, engine=dead, auth=Authenticator(ADMIN_TOKEN))
+    ctx = build_context(settings, dead, with_aggregator=False)
     client = TestClient(create_app(ctx))
     r = sign_in(client, "ett_some_stored_token")
     assert r.status_code == 503 and "Cannot sign in now" in r.text

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from fastapi.testclient import TestClient
 
 from tests.console.console_helpers import Figures, as_number, post_all
-from tests.console.test_console_pages import browser
 from tests.factories import event, ts
-
-pytestmark = pytest.mark.db
-__all__ = ["browser"]  # the fixture, shared
 
 
 def test_the_scheduler_span_and_its_gaps_are_drawn(api: TestClient, browser: TestClient) -> None:

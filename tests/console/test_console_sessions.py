@@ -1,4 +1,4 @@
-"""Issue 26, defect 8: console sessions are capped per token (its least recently used
+"""Console sessions are capped per token (its least recently used
 goes first) and as a whole, and the whole's cap never closes another token's session."""
 
 from __future__ import annotations

@@ -32,8 +32,6 @@ pytest.importorskip("grafana_foundation_sdk")
 from dashboards.queries import all_sql, expand_sql_macros
 from service.store import tables
 
-pytestmark = pytest.mark.db
-
 NOW = datetime(2026, 11, 29, 17, 0, tzinfo=UTC)
 HOUR = NOW - timedelta(hours=3)
 US_PER_S = 1_000_000
@@ -180,7 +178,7 @@ def test_level1_terms_add_up_to_held_gpu_hours(db_engine: Engine) -> None:
                                    "Checkpoint advice: largest projected savings"])
 def test_checkpoint_advice_panels_agree_with_the_service_advice(api, db_engine: Engine,
                                                                 title: str) -> None:
-    from service.results.advice import checkpoint_advice
+    from service.results.checkpoint_advice import checkpoint_advice
     from tests.factories import interrupted_job
 
     for k in range(3):

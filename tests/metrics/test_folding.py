@@ -1,4 +1,4 @@
-"""A per-team bound on exported model series (issue 15, defect 8): a writer inventing
+"""A per-team bound on exported model series: a writer inventing
 model names cannot grow /metrics without bound."""
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def few_teams(app_context, db_engine):
 
 
 def test_teams_beyond_the_bound_are_summed_as_team_other_and_counted(api, few_teams) -> None:
-    """Trust round 2, defect 5: models per team were folded, teams were not (1,500 invented
-    teams took /metrics from 1,914 to 109,758 lines). Five teams, one model each, 1 GPU for
+    """Teams are folded as models per team are (unfolded, 1,500 invented teams take
+    /metrics from 1,914 to 109,758 lines). Five teams, one model each, 1 GPU for
     an hour, team i starting i hours in: t0 and t1 (first seen) keep their series; t2..t4
     sum to 3 x 3600 GPU-s under team="other", model="other"."""
     events = []

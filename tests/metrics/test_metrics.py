@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.metrics.collector import register_aggregator_metrics
-from tests.factories import spec_example
-from tests.test_aggregate import demo_events, fixed, post_all
+from tests.factories import demo_events, post_all, spec_example
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -22,15 +21,6 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
-
-
-@pytest.fixture
-def exporter(app_context, db_engine):
-    app_context.aggregator.clock = fixed()
-    collector = register_aggregator_metrics(app_context.registry, app_context.aggregator,
-                                            db_engine)
-    yield collector
-    collector.close()
 
 
 def test_a_pass_exports_the_catalog_figures(api, exporter) -> None:

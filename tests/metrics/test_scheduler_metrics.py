@@ -3,11 +3,8 @@ whose trainer went silent while the scheduler holds them (EttTelemetrySilent's i
 
 from __future__ import annotations
 
-from tests.factories import event, ts
-from tests.metrics.test_metrics import exporter, samples
-from tests.test_aggregate import post_all
-
-__all__ = ["exporter"]  # the fixture, shared
+from tests.factories import event, post_all, ts
+from tests.metrics.test_metrics import samples
 
 
 def sched(type_: str, minutes: float, **fields):

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
-from service.metrics.collector import register_aggregator_metrics
-from tests.factories import event
+from tests.factories import NOW, event, post_all
 from tests.metrics.test_metrics import samples
-from tests.test_aggregate import NOW, fixed, post_all
 
 START = NOW - timedelta(hours=1)
 
@@ -22,15 +18,6 @@ def stalled_job(job_id: str, model: str, *, hang: bool) -> list[dict]:
     events += [e("heartbeat", m, attrs={"step": m}) for m in range(1, 31)]
     events += [e("heartbeat", m, attrs={"step": 30 if hang else m}) for m in range(31, 60)]
     return events
-
-
-@pytest.fixture
-def exporter(app_context, db_engine):
-    app_context.aggregator.clock = fixed()
-    collector = register_aggregator_metrics(app_context.registry, app_context.aggregator,
-                                            db_engine)
-    yield collector
-    collector.close()
 
 
 def test_a_stall_going_on_now_is_counted_and_its_gpu_time_exported(api, exporter) -> None:

@@ -67,7 +67,7 @@ def test_embedded_mode_starts_from_empty_and_from_existing_data(tmp_path) -> Non
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
-    # Shown once, when generated (issue 15): never again, and the file it names exists.
+    # Shown once, when generated: never again, and the file it names exists.
     assert f"admin token: stored in {data / 'admin-token'} (not shown again)" in out
     assert token not in out
 
@@ -82,7 +82,7 @@ def _postgres_alive(data) -> int | None:
 @pytest.mark.parametrize("ending", [signal.SIGHUP, signal.SIGINT, signal.SIGTERM])
 def test_serve_stops_its_postgres_on_every_exit_even_after_a_killed_predecessor(
         tmp_path, ending) -> None:
-    """Issue 15, defect 7: kill -9 leaves PostgreSQL running (it cannot be helped); the next
+    """A kill -9 leaves PostgreSQL running (it cannot be helped); the next
     `ett serve` reuses it, and its own exit, by any signal, stops it."""
     data = tmp_path / "ett-data"
     port = free_port()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from service.store import migrate
+from service.store import migrate, retention
 from service.store.engine import make_engine
 from tests.conftest import create_database
 
@@ -59,5 +61,57 @@ def test_0008_keeps_the_events_of_the_previous_schema_and_scopes_ids_to_jobs(
         assert jobs == ["a", "b"] and total == 18_000_000_000_000_000_000
         with pytest.raises(IntegrityError), engine.begin() as conn:
             conn.execute(insert, {**row, "job": "b"})  # within a job, still one event
+    finally:
+        engine.dispose()
+
+
+def test_0009_partitions_a_populated_events_table_by_month_in_place(pg_server_url) -> None:
+    """Rows stored under 0008 (one plain table) land, unchanged, in the month partition of
+    their instant; the key still makes a re-sent event a duplicate, and the months ahead
+    exist once `ett migrate` (migrate.upgrade) has run."""
+    engine = make_engine(create_database(pg_server_url, "ett_mig9"), pool_size=1)
+    insert = text("INSERT INTO events (event_id, ts, job_id, attempt, model, type, attrs)"
+                  " VALUES (:id, :ts, :job, 0, 'm', 'heartbeat', '{\"step\": 1}')")
+    rows = [{"id": f"00000000-0000-4000-8000-00000000000{i}", "ts": ts, "job": job}
+            for i, (ts, job) in enumerate([("2026-09-30T23:59:59.999999Z", "a"),
+                                           ("2026-10-01T00:00:00Z", "a"),
+                                           ("2026-11-15T12:00:00Z", "b")])]
+    # The same id and instant in another job: another event (migration 0008).
+    rows.append({**rows[2], "job": "c"})
+    read = text("SELECT tableoid::regclass::text AS part, event_id::text, ts, job_id, attrs,"
+                " received_at FROM events ORDER BY job_id, ts")
+    try:
+        migrate.upgrade(engine, "0008")
+        with engine.begin() as conn:
+            for row in rows:
+                conn.execute(insert, row)
+            before = [r[1:] for r in conn.execute(read)]
+        migrate.upgrade(engine)
+        migrate.check(engine)
+        with engine.begin() as conn:
+            assert retention.is_partitioned(conn)
+            after = conn.execute(read).all()
+            names = retention.partitions(conn)
+        assert [r[1:] for r in after] == before
+        assert [r.part for r in after] == ["events_p202609", "events_p202610",
+                                           "events_p202611", "events_p202611"]
+        month = retention.month_start(datetime.now(UTC))
+        for _ in range(retention.MONTHS_AHEAD + 1):  # this month and the ones ahead
+            assert retention.partition_name(month) in names
+            month = retention.next_month(month)
+        assert names[0] == "events_default" and names[1] == "events_p202609"
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(insert, rows[1])
+        with engine.begin() as conn:
+            skipped = conn.execute(text(
+                "INSERT INTO events (event_id, ts, job_id, attempt, model, type)"
+                " VALUES (:id, :ts, :job, 0, 'm', 'heartbeat')"
+                " ON CONFLICT (job_id, event_id, ts) DO NOTHING"), rows[3]).rowcount
+        assert skipped == 0
+        # And back: one plain table again, every row kept.
+        migrate.downgrade(engine, "0008")
+        with engine.begin() as conn:
+            assert not retention.is_partitioned(conn)
+            assert [r[1:] for r in conn.execute(read)] == before
     finally:
         engine.dispose()

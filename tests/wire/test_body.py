@@ -1,5 +1,5 @@
-"""The shared body reader (issue 15, defect 8 and the slow clients of defect 3):
-Content-Type, Content-Encoding with a decompressed-size limit, and the body deadline."""
+"""The shared body reader: Content-Type, Content-Encoding with a decompressed-size limit,
+and the body deadline."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import zlib
 import orjson
 import pytest
 
-from tests.access.test_access import token
+from tests.access.access_helpers import token
 from tests.factories import event
 
 
@@ -80,7 +80,7 @@ def _stalled_post(port: int, secret: str, declared: int = 10_000) -> socket.sock
 @pytest.mark.slow
 def test_stalled_sockets_of_one_token_never_block_other_writers(service_factory,
                                                                 pg_server_url) -> None:
-    """Defect 3 with real sockets: 40 stalled bodies of one writer token against a real
+    """With real sockets: 40 stalled bodies of one writer token against a real
     `ett serve` (in-flight limit 16, a token's share 4, body deadline 3 s). Other tokens
     are admitted at once; the stalled requests end in 408 at the deadline."""
     import httpx

@@ -1,4 +1,4 @@
-"""Bounds, reserved names and strict RFC 3339 (issue 15: defects 1 and 8).
+"""Bounds, reserved names and strict RFC 3339.
 
 Every integer field has an upper bound chosen so that no stored sum overflows
 (docs/model.md, "Bounds"); the fast path of `validate_batch` agrees with `validate_event`.
@@ -50,7 +50,7 @@ def test_integer_fields_have_upper_bounds(field: str, value: int, ok: bool) -> N
 def test_the_bound_keeps_a_million_gpus_for_a_day_inside_a_bigint() -> None:
     # The tightest stored sum: one day row of one model. 2**20 GPUs x 86400 s x 1e6 us/s
     # = 9.06e16 GPU-us, a hundredth of 2**63. A hostile writer's hundred such jobs of one
-    # model could still pass 2**63: that job is quarantined (tests/test_quarantine.py).
+    # model could still pass 2**63: that job is quarantined (tests/results/test_quarantine.py).
     assert MAX_GPUS * 86_400 * 1_000_000 == 90_596_966_400_000_000 < 2**63 // 100
 
 

@@ -87,8 +87,10 @@ def _reference(raw: list) -> tuple[list, list]:
         except WireError as exc:
             rejected.append({"index": index, "error": every_error(obj, exc, now=NOW, **LIMITS)})
             continue
-        if row.event_id not in seen:
-            seen.add(row.event_id)
+        # The store's key: an id is one event within its job and instant.
+        key = (row.event_id, row.job_id, datetime.fromisoformat(row.ts))
+        if key not in seen:
+            seen.add(key)
             rows.append(_normal(row))
     return rows, rejected
 

@@ -1,4 +1,4 @@
-"""Issue 26, defect 1: a request's decoding and validation run in a bounded pool of worker
+"""A request's decoding and validation run in a bounded pool of worker
 processes, never on the event loop; a full pool answers 503 with Retry-After at once."""
 
 from __future__ import annotations

@@ -1,0 +1,302 @@
+"""Issue 29: the paper's fleet, run rather than extrapolated. 500 models x 180 days of the
+simulated fleet (restarts, failures, checkpoints, cohort labels on allocations), COPYed
+into the partitioned `events` (bench/fleet.py), then, in one run on one database:
+
+* bytes per stored event (heap and the key, the table's only index; TOAST included);
+* a full recompute (`ett aggregate --recompute-all`, one process per CPU up to 4) against
+  a plain SQL scan of the same events in job/time order, each in a fresh process
+  (bench.agg_worker), peak RSS of the recompute (its worker processes included);
+* the reads on the whole history through a real `ett serve`: `/v1/ett` 28 days by model,
+  `/metrics`, every console page, `/v1/impact` (two label cohorts of the last 28 days, each
+  of at least 10,000 jobs at full size), checkpoint advice for every model;
+* retention: `ett prune` with the horizon on the first month boundary of the history
+  (the oldest month's partition goes) against today's delete (the same jobs' events and
+  results deleted row by row, rolled back so both run on the same data), and the dead
+  rows each leaves.
+
+`--scale S` runs S of the 180 days (same 500 models) for development; the full size is
+hours on a 2-core machine. The recompute and the scan run once each at full size (`runs`
+pairs with `--runs`); reads are medians of several requests.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from . import fleet
+from .aggregation import settle
+from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, libpq_url, record, run_json, spread
+from .console import _most_attempts, _time_page
+
+NAME = "fleet_180d"
+MODELS, DAYS = 500, 180
+READ_RUNS = 7
+
+
+def _say(message: str) -> None:
+    print(f"  [{datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+def _disk(engine: Any, events: int) -> dict[str, Any]:
+    with engine.connect() as conn:
+        heap, index, total = conn.execute(text(
+            "SELECT sum(pg_table_size(inhrelid)), sum(pg_indexes_size(inhrelid)),"
+            " sum(pg_total_relation_size(inhrelid))"
+            " FROM pg_inherits WHERE inhparent = 'events'::regclass")).one()
+        derived = dict(conn.execute(text(
+            "SELECT relname, pg_total_relation_size(oid) FROM pg_class"
+            " WHERE relname IN ('segments', 'rollup_hourly', 'jobs', 'attempts', 'job_impact',"
+            " 'checkpoint_attempts', 'fleet_hourly', 'fleet_daily') AND relkind = 'r'")).all())
+    per = lambda b: round(int(b) / max(events, 1), 1)  # noqa: E731
+    return {"events_bytes": int(total), "bytes_per_event": per(total),
+            "heap_bytes_per_event": per(heap), "index_bytes_per_event": per(index),
+            "derived_bytes_per_event": {k: per(v) for k, v in sorted(derived.items())}}
+
+
+def _time_get(client: httpx.Client, path: str, params: dict[str, Any] | None = None
+              ) -> list[float]:
+    client.get(path, params=params).raise_for_status()  # warm-up
+    out = []
+    for _ in range(READ_RUNS):
+        t0 = time.perf_counter()
+        r = client.get(path, params=params)
+        out.append((time.perf_counter() - t0) * 1000)
+        r.raise_for_status()
+    return out
+
+
+def _reads(url: str, engine: Any, now: datetime) -> tuple[dict[str, Any], list[tuple]]:
+    from service.results.advice import fleet_checkpoint_advice
+
+    figures: dict[str, Any] = {}
+    targets: list[tuple[str, dict[str, float], float]] = []
+    start28 = (now - timedelta(days=28)).isoformat().replace("+00:00", "Z")
+    with ett_serve(url, aggregator=True, env={"ETT_AGGREGATE_INTERVAL_S": "3600"}) as srv, \
+            httpx.Client(base_url=srv.url, timeout=300,
+                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
+        deadline = time.monotonic() + 1800
+        while "\nett_fleet_ett_ratio_7d " not in client.get("/metrics").text:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no metrics snapshot after 1800 s")
+            time.sleep(1)
+        ett = spread(_time_get(client, "/v1/ett", {"group_by": "model", "start": start28}), 1)
+        targets.append(("/v1/ett, whole fleet, 28 d, group_by=model", ett, 200))
+        met = spread(_time_get(client, "/metrics"), 1)
+        targets.append(("/metrics", met, 100))
+        _say(f"/v1/ett 28 d by model {fmt(ett, ' ms')}; /metrics {fmt(met, ' ms')}")
+        impact_params = {"baseline_start": start28,
+                         "baseline_end": now.isoformat().replace("+00:00", "Z"),
+                         "baseline_label": "variant:baseline",
+                         "candidate_label": "variant:optimized"}
+        imp = spread(_time_get(client, "/v1/impact", impact_params), 1)
+        doc = client.get("/v1/impact", params=impact_params).json()
+        cohorts = (doc["baseline"]["jobs"], doc["candidate"]["jobs"])
+        figures["impact_cohort_jobs"] = list(cohorts)
+        targets.append((f"/v1/impact, two cohorts of {cohorts[0]:,} and {cohorts[1]:,} jobs",
+                        imp, 1000))
+        _say(f"/v1/impact ({cohorts} jobs) {fmt(imp, ' ms')}")
+        listing = client.get("/v1/models").json()["models"]
+        model, team = listing[0]["model"], listing[0]["team"]
+        pages = {"fleet 7d": "/ui/", "fleet 30d": "/ui/?window=30d",
+                 "team (models)": f"/ui/teams/{team}", "team (owner, SLOs)": "/ui/teams/scheduler",
+                 "model": f"/ui/models/{model}", "job": f"/ui/jobs/{_most_attempts(url)}",
+                 "checkpoint advice 30d": "/ui/checkpoints",
+                 "impact (two labels, 30d)": "/ui/impact",
+                 "impact (two periods)": "/ui/impact?mode=periods"}
+        with httpx.Client(base_url=srv.url, timeout=300) as browser:
+            signed = browser.post("/ui/login", data={"token": ADMIN_TOKEN})
+            if signed.status_code != 303:
+                raise RuntimeError(f"sign-in failed: {signed.status_code}")
+            for label, path in pages.items():
+                ms, _size = _time_page(browser, path, READ_RUNS)
+                s = spread(ms, 1)
+                targets.append((f"console page {label}", s, 300))
+                _say(f"console {label} {fmt(s, ' ms')}")
+    advice_start = now - timedelta(days=30)
+    fleet_checkpoint_advice(engine, advice_start, now)  # warm-up
+    timings = []
+    for _ in range(READ_RUNS):
+        t0 = time.perf_counter()
+        listed = fleet_checkpoint_advice(engine, advice_start, now)
+        timings.append((time.perf_counter() - t0) * 1000)
+    adv = spread(timings, 1)
+    targets.append((f"checkpoint advice, every model ({len(listed)}), 30 d", adv, 1000))
+    _say(f"checkpoint advice for {len(listed)} models {fmt(adv, ' ms')}")
+    figures.update({label: s for label, s, _bound in targets})
+    return figures, [(f"{label} < {bound:g} ms", fmt(s, " ms"), s["median"] < bound)
+                     for label, s, bound in targets]
+
+
+def _dead_rows(engine: Any) -> dict[str, int]:
+    # A backend reports its counters when idle for a while or when it exits: the pool's
+    # connections (which ran the deletes) are closed first, so their counts are in.
+    engine.dispose()
+    time.sleep(1)
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT CASE WHEN relname LIKE 'events%' THEN 'events' ELSE relname END,"
+            " sum(n_dead_tup) FROM pg_stat_user_tables"
+            " WHERE relname LIKE 'events%' OR relname IN"
+            " ('segments', 'rollup_hourly', 'attempts', 'jobs') GROUP BY 1")).all()
+    return {name: int(n) for name, n in rows}
+
+
+def _todays_delete(engine: Any, cutoff: datetime) -> tuple[float, float, int]:
+    """`ett prune` as it was (every event of the pruned jobs deleted by job, then their
+    results), in one transaction rolled back: (events s, results s, events deleted)."""
+    events_s = results_s = 0.0
+    deleted = 0
+    with engine.connect() as conn:
+        tx = conn.begin()
+        ids = [r[0] for r in conn.execute(text(
+            "SELECT job_id FROM jobs WHERE NOT open AND last_at < :c ORDER BY job_id"),
+            {"c": cutoff})]
+        for at in range(0, len(ids), 500):
+            params = {"ids": ids[at:at + 500]}
+            t0 = time.perf_counter()
+            deleted += conn.execute(text("DELETE FROM events WHERE job_id = ANY(:ids)"),
+                                    params).rowcount
+            t1 = time.perf_counter()
+            for table in ("segments", "rollup_hourly", "attempts", "dirty_jobs", "jobs"):
+                conn.execute(text(f"DELETE FROM {table} WHERE job_id = ANY(:ids)"), params)
+            events_s += t1 - t0
+            results_s += time.perf_counter() - t1
+        tx.rollback()
+    return events_s, results_s, deleted
+
+
+def _prune(url: str, engine: Any, start: datetime, now: datetime
+           ) -> tuple[dict[str, Any], list[tuple]]:
+    import logging
+
+    from service.store import retention
+
+    # The partition drop's steps, each timed, in the log.
+    logging.getLogger("service.store.retention").setLevel(logging.INFO)
+    cutoff = retention.next_month(retention.month_start(start))
+    if cutoff >= now:
+        _say("prune: the history holds no month boundary; skipped")
+        return {"prune": "skipped: no month boundary in the history"}, []
+    old_events_s, old_results_s, old_deleted = _todays_delete(engine, cutoff)
+    # A rolled-back delete leaves no dead rows; what was dead before is subtracted (no
+    # VACUUM of the whole history in between: at full size it would take longer than both).
+    before = _dead_rows(engine)
+    with engine.connect() as conn:
+        parts_before = len(retention.partitions(conn))
+    t0 = time.perf_counter()
+    dropped = retention.drop_old_partitions(engine, cutoff)
+    t1 = time.perf_counter()
+    jobs, deleted = retention.prune_jobs(engine, cutoff)
+    t2 = time.perf_counter()
+    dead = {k: max(0, v - before.get(k, 0)) for k, v in _dead_rows(engine).items()}
+    with engine.connect() as conn:
+        parts_after = len(retention.partitions(conn))
+        moved = conn.execute(text("SELECT count(*) FROM events_default")).scalar_one()
+    new_events_s, new_results_s = t1 - t0, t2 - t1
+    figures = {"prune_cutoff": cutoff.isoformat(), "prune_jobs": jobs,
+               "prune_events": dropped + deleted, "prune_events_by_partition": dropped,
+               "prune_events_by_row": deleted, "prune_kept_events_moved": moved,
+               "prune_partitions": [parts_before, parts_after],
+               "prune_partition_s": round(new_events_s, 3),
+               "prune_results_rows_s": round(new_results_s, 3),
+               "todays_delete_events_s": round(old_events_s, 3),
+               "todays_delete_results_s": round(old_results_s, 3),
+               "todays_delete_events": old_deleted, "dead_rows_after_prune": dead}
+    _say(f"prune to {cutoff:%Y-%m-%d}: {dropped + deleted} events of {jobs} jobs;"
+         f" partitions {new_events_s:.3f} s (+ {new_results_s:.3f} s job detail) against"
+         f" today's delete {old_events_s:.3f} s (+ {old_results_s:.3f} s); dead rows {dead}")
+    size = f"{dropped + deleted:,} events, {parts_before} -> {parts_after} partitions"
+    return figures, [
+        (f"prune the oldest month ({size}): events gone < 1 s",
+         f"{new_events_s:.3f} s by dropping partitions vs {old_events_s:.3f} s today's"
+         f" delete, same run ({old_deleted:,} events)", new_events_s < 1),
+        ("prune leaves no dead rows in events",
+         f"{dead.get('events', 0)} dead event rows ({moved:,} kept jobs' events moved)",
+         dead.get("events", 0) == 0),
+        ("prune: the pruned jobs' results (segments, rollups, attempts, jobs), row by row",
+         f"{new_results_s:.3f} s vs {old_results_s:.3f} s; dead rows "
+         + ", ".join(f"{k} {v}" for k, v in sorted(dead.items()) if k != "events"), None),
+    ]
+
+
+def run(pg: Postgres, quick: bool, scale: float | None = None,
+        runs: int | None = None) -> dict[str, Any]:
+    from service.store.engine import make_engine
+
+    scale = scale or (0.01 if quick else 1.0)
+    models = 20 if quick else MODELS
+    days = DAYS * scale
+    runs = runs or 1
+    from service.store import retention
+
+    url = pg.create_database("bench_f180")
+    now = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
+    start = now - timedelta(days=days)
+    engine = make_engine(url, pool_size=2, statement_timeout_ms=0)
+    # The months of the history, as the aggregator would have created them month by month.
+    retention.ensure_partitions(engine, start, months_ahead=round(days / 28) + 1)
+    t0 = time.perf_counter()
+    n_events, _ = fleet.generate(libpq_url(url), models, days, now, labels=True)
+    load_s = time.perf_counter() - t0
+    _say(f"fleet: {models} models x {days:g} days = {n_events} events,"
+         f" generated and COPYed in {load_s:.0f} s")
+    disk = _disk(engine, n_events)
+    _say(f"events: {disk['bytes_per_event']} bytes per stored event"
+         f" (heap {disk['heap_bytes_per_event']}, key {disk['index_bytes_per_event']})")
+    workers = min(4, os.cpu_count() or 1)
+    scans, fulls, rss, jobs = [], [], [], 0
+    for k in range(runs):
+        # The load ends with VACUUM ANALYZE and a scan leaves no dead rows: at full size
+        # (hours on 2 cores) only a repeated pair needs the tables settled again.
+        if k:
+            settle(url)
+        s = run_json(["bench.agg_worker", "scan", url])
+        _say(f"scan {s['seconds']:.1f} s ({s['rows']} rows)")
+        f = run_json(["bench.agg_worker", "full", url, now.isoformat(), str(workers)])
+        _say(f"full recompute {f['seconds']:.1f} s with {workers} processes ({f['jobs']} jobs,"
+             f" {f['failed']} failed), peak RSS {f['peak_rss_mb']:.0f} MB")
+        scans.append(s["seconds"])
+        fulls.append(f["seconds"])
+        rss.append(f["peak_rss_mb"])
+        jobs = f["jobs"]
+    with engine.begin() as conn:  # what ingest's claims would have left (COPY skips them)
+        conn.execute(text("INSERT INTO job_owners SELECT job_id, model, team FROM jobs"
+                          " ON CONFLICT DO NOTHING"))
+        conn.execute(text("ANALYZE"))
+    derived = _disk(engine, n_events)["derived_bytes_per_event"]
+    ratio = spread([f / s for f, s in zip(fulls, scans, strict=True)], 2)
+    full_s, scan_s = spread(fulls, 1), spread(scans, 1)
+    figures: dict[str, Any] = {
+        "scale": scale, "models": models, "days": days, "events": n_events, "jobs": jobs,
+        "load_s": round(load_s, 1), **disk, "derived_bytes_per_event": derived,
+        "scan_s": scan_s, "full_recompute_s": full_s, "ratio_full_to_scan": ratio,
+        "workers": workers, "peak_rss_mb": max(rss)}
+    size = f"{models} models x {days:g} d, {n_events:,} events, {jobs:,} jobs"
+    targets: list[tuple[str, str, bool | None]] = [
+        (f"run at size: {size}", f"generated and COPYed in {load_s:.0f} s", None),
+        ("bytes per stored event (heap + key, the only index)",
+         f"{disk['bytes_per_event']} ({disk['heap_bytes_per_event']} heap,"
+         f" {disk['index_bytes_per_event']} key); derived tables "
+         + ", ".join(f"{k} {v}" for k, v in derived.items()), None),
+        (f"full recompute <= 2x plain scan in job/time order ({workers} processes,"
+         f" {len(fulls)} run{'s' if len(fulls) > 1 else ''})",
+         f"{fmt(ratio, 'x', 2)} (full {fmt(full_s, ' s')}, scan {fmt(scan_s, ' s')})",
+         ratio["median"] <= 2 if not quick else None),
+        ("peak RSS of the full recompute (worker processes included)",
+         f"{max(rss):.0f} MB", None),
+    ]
+    read_figures, read_targets = _reads(url, engine, now)
+    figures.update(read_figures)
+    targets += [(t, m, ok if not quick else None) for t, m, ok in read_targets]
+    prune_figures, prune_targets = _prune(url, engine, start, now)
+    figures.update(prune_figures)
+    targets += [(t, m, ok if not quick else None) for t, m, ok in prune_targets]
+    engine.dispose()
+    pg.drop_database(url)
+    return record(NAME, quick, figures, targets)
