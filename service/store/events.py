@@ -80,25 +80,29 @@ _UNPACK = ",\n               ".join(
 # the planner chose (job_id, ts) for a per-row lookup of (job_id, event_id, ts) and
 # filtered on event_id, so a retried batch of one job at a few instants cost n^2 row
 # comparisons (5,000 events: past the 10 s ingest statement timeout; docs/performance.md).
-# Windows leave it no such choice. Grouping treats NULLs as equal, as IS DISTINCT FROM did.
-_KEY_COLUMNS = ", ".join(_KEY)
-_SAME_CONTENT = f"{_KEY_COLUMNS}, {', '.join(_CONTENT)}"
+# Windows leave it no such choice. Key and content are compared as records, whose equality
+# takes NULLs as equal, as IS DISTINCT FROM did.
+_KEY_ROW = f"ROW({', '.join(_KEY)}) AS key"
+_CONTENT_ROW = f"ROW({', '.join(_CONTENT)}) AS content"
 INSERT_SQL = f"""
     WITH r AS MATERIALIZED (
-        SELECT {_UNPACK},
-               md5(r::text) AS digest
-        FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+        SELECT *, {_KEY_ROW}, {_CONTENT_ROW}
+        FROM (SELECT {_UNPACK},
+                     md5(r::text) AS digest
+              FROM json_array_elements(CAST(%(rows)s AS json)) AS r) AS unpacked
     ), near AS MATERIALIZED (
-        SELECT {", ".join("e." + c for c in COLUMNS)}
-        FROM (SELECT DISTINCT job_id, ts FROM r) AS k
-        JOIN events e ON e.job_id = k.job_id AND e.ts = k.ts
+        SELECT {_KEY_ROW}, {_CONTENT_ROW}
+        FROM (SELECT {", ".join("e." + c for c in _KEY + _CONTENT)}
+              FROM (SELECT DISTINCT job_id, ts FROM r) AS k
+              JOIN events e ON e.job_id = k.job_id AND e.ts = k.ts) AS stored_rows
     ), seen AS (
         SELECT b.*,
-               bool_or(b.stored) OVER (PARTITION BY {_KEY_COLUMNS}) AS key_stored,
-               bool_or(b.stored) OVER (PARTITION BY {_SAME_CONTENT}) AS same_stored
+               bool_or(b.stored) OVER (PARTITION BY b.key) AS key_stored,
+               bool_or(b.stored) OVER (PARTITION BY b.key, b.content) AS same_stored
         FROM (SELECT r.*, false AS stored FROM r
               UNION ALL
-              SELECT near.*, NULL AS digest, true AS stored FROM near) AS b
+              SELECT {"NULL, " * (len(COLUMNS) + 1)}near.key, near.content, true FROM near
+              ) AS b
     ), ins AS (
         INSERT INTO events ({", ".join(COLUMNS)})
         SELECT CASE WHEN key_stored AND NOT same_stored
