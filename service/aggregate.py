@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import Event, JobComputation, Taxonomy, compute_job
-from ett_core.instants import dt_to_us
+from ett_core.instants import US_PER_SECOND, dt_to_us
 from service.aggregation.running_job_cache import RunningJobCache
 from service.settings import Settings, default
 from service.store import impact, state
@@ -126,7 +126,7 @@ class Aggregator:
     ) -> None:
         self.engine = engine
         self.taxonomy = taxonomy
-        self.heartbeat_timeout_us = int(heartbeat_timeout_s * 1_000_000)
+        self.heartbeat_timeout_us = int(heartbeat_timeout_s * US_PER_SECOND)
         self.batch_jobs = batch_jobs
         self.clock = clock
         self._listeners: list[Callable[[PassReport], None]] = []

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import orjson
 
-from ett_core.instants import HOUR_US
+from ett_core.instants import HOUR_US, US_PER_SECOND
 
 NULL = "\\N"
 _SPECIAL = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
@@ -84,12 +84,12 @@ class Timestamps:
         if texts is None:
             if len(self._hours) > 100_000:
                 self._hours.clear()
-            d = datetime.fromtimestamp(hour // 1_000_000, UTC)
+            d = datetime.fromtimestamp(hour // US_PER_SECOND, UTC)
             prefix = f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:"
             texts = self._hours[hour] = (prefix, f"{prefix}00:00.000000+00:00")
         if not rem:
             return texts[1]
-        seconds, micros = divmod(rem, 1_000_000)
+        seconds, micros = divmod(rem, US_PER_SECOND)
         return f"{texts[0]}{_MINUTE_SECOND[seconds]}.{micros:06d}+00:00"
 
 
