@@ -72,22 +72,44 @@ _UNPACK = ",\n               ".join(
 # instant are stored with other content (another attempt, type, phase...) is another event,
 # stored under an id derived from its whole row (so its own retries are duplicates in turn),
 # never dropped as a duplicate. Every duplicate reaches this statement (the COPY path falls
-# back to it on a conflict); the probe is one primary-key lookup per row.
+# back to it on a conflict), so a retried batch of the largest size must be cheap here.
+#
+# The stored rows a batch can meet are read once, by job and instant (`near`, one index
+# range per distinct pair), and told apart from the batch's by sorting both together (the
+# windows of `seen`), never by a lookup per row: given two indexes that start with job_id,
+# the planner chose (job_id, ts) for a per-row lookup of (job_id, event_id, ts) and
+# filtered on event_id, so a retried batch of one job at a few instants cost n^2 row
+# comparisons (5,000 events: past the 10 s ingest statement timeout; docs/performance.md).
+# Windows leave it no such choice. Key and content are compared as records, whose equality
+# takes NULLs as equal, as IS DISTINCT FROM did.
+_KEY_ROW = f"ROW({', '.join(_KEY)}) AS key"
+_CONTENT_ROW = f"ROW({', '.join(_CONTENT)}) AS content"
 INSERT_SQL = f"""
-    WITH r AS (
-        SELECT {_UNPACK},
-               md5(r::text) AS digest
-        FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+    WITH r AS MATERIALIZED (
+        SELECT *, {_KEY_ROW}, {_CONTENT_ROW}
+        FROM (SELECT {_UNPACK},
+                     md5(r::text) AS digest
+              FROM json_array_elements(CAST(%(rows)s AS json)) AS r) AS unpacked
+    ), near AS MATERIALIZED (
+        SELECT {_KEY_ROW}, {_CONTENT_ROW}
+        FROM (SELECT {", ".join("e." + c for c in _KEY + _CONTENT)}
+              FROM (SELECT DISTINCT job_id, ts FROM r) AS k
+              JOIN events e ON e.job_id = k.job_id AND e.ts = k.ts) AS stored_rows
+    ), seen AS (
+        SELECT b.*,
+               bool_or(b.stored) OVER (PARTITION BY b.key) AS key_stored,
+               bool_or(b.stored) OVER (PARTITION BY b.key, b.content) AS same_stored
+        FROM (SELECT r.*, false AS stored FROM r
+              UNION ALL
+              SELECT {"NULL, " * (len(COLUMNS) + 1)}near.key, near.content, true FROM near
+              ) AS b
     ), ins AS (
         INSERT INTO events ({", ".join(COLUMNS)})
-        SELECT CASE WHEN EXISTS (
-                   SELECT 1 FROM events e
-                   WHERE e.job_id = r.job_id AND e.event_id = r.event_id AND e.ts = r.ts
-                     AND ({", ".join("e." + c for c in _CONTENT)})
-                         IS DISTINCT FROM ({", ".join("r." + c for c in _CONTENT)}))
-               THEN CAST(r.digest AS uuid) ELSE r.event_id END,
+        SELECT CASE WHEN key_stored AND NOT same_stored
+               THEN CAST(digest AS uuid) ELSE event_id END,
                {", ".join(COLUMNS[1:])}
-        FROM r
+        FROM seen
+        WHERE NOT stored
         ORDER BY 1
         ON CONFLICT (job_id, event_id, ts) DO NOTHING
         RETURNING job_id

@@ -18,7 +18,8 @@ from tests.conftest import REPO
 
 NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
          "reads", "console", "otlp", "advice", "slow_clients", "impact", "ingest_window",
-         "loop_stall", "fleet_180d", "small_writers")
+         "loop_stall", "fleet_180d", "small_writers",
+         "ingest_retry_batch")
 
 
 @pytest.mark.slow

@@ -312,3 +312,42 @@ def test_event_ids_are_normalised_so_case_variants_are_duplicates(api) -> None:
 
 def test_uuid_helper_is_random() -> None:
     assert uuid.UUID(event("heartbeat", 0)["event_id"]).version == 4
+
+
+def _one_job_at_few_instants(n: int) -> list[dict]:
+    # Many events of one job at one instant (ranks' heartbeats, a burst): what made the
+    # per-row duplicate lookup of the fallback statement quadratic.
+    return [event("heartbeat", i // 1000, gpus=8, rank=i % 1000, attrs={"step": i // 1000})
+            for i in range(n)]
+
+
+def test_a_retried_batch_of_the_largest_size_is_all_duplicates(api, db_engine) -> None:
+    from service.settings import Settings
+
+    n = Settings(database_url="postgresql://unused").max_batch_events
+    batch = _one_job_at_few_instants(n)
+    first = api.post("/v1/events", json={"events": batch})
+    assert first.json() == {"accepted": n, "duplicates": 0, "rejected": []}
+    again = api.post("/v1/events", json={"events": batch})
+    assert again.status_code == 202, again.text
+    assert again.json() == {"accepted": 0, "duplicates": n, "rejected": []}
+    assert len(stored(db_engine)) == n
+
+
+def test_a_batch_half_stored_half_new_counts_each_half(api, db_engine) -> None:
+    batch = _one_job_at_few_instants(4000)
+    assert api.post("/v1/events", json={"events": batch[:2000]}).json()["accepted"] == 2000
+    # Stored ids and instants with other content are other events, stored under an id
+    # derived from their content; a copy of a new event within the batch is a duplicate.
+    changed = [dict(ev, attrs={"step": -1}) for ev in batch[:500]]
+    mixed = batch[500:2000] + batch[2000:] + changed + batch[3990:]
+    r = api.post("/v1/events", json={"events": mixed}).json()
+    assert r == {"accepted": 2500, "duplicates": 1510, "rejected": []}
+    ids = stored(db_engine)
+    assert len(ids) == len(set(ids)) == 4500
+    sent = {ev["event_id"] for ev in batch}
+    derived = [i for i in ids if str(i) not in sent]
+    assert len(derived) == 500
+    # The other events' own retry is a duplicate in turn.
+    again = api.post("/v1/events", json={"events": mixed}).json()
+    assert again == {"accepted": 0, "duplicates": len(mixed), "rejected": []}
