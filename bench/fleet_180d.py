@@ -72,7 +72,7 @@ def _time_get(client: httpx.Client, path: str, params: dict[str, Any] | None = N
 
 
 def _reads(url: str, engine: Any, now: datetime) -> tuple[dict[str, Any], list[tuple]]:
-    from service.results.advice import fleet_checkpoint_advice
+    from service.results.checkpoint_advice import fleet_checkpoint_advice
 
     figures: dict[str, Any] = {}
     targets: list[tuple[str, dict[str, float], float]] = []

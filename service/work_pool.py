@@ -23,6 +23,7 @@ import asyncio
 import copyreg
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import types
@@ -59,26 +60,35 @@ copyreg.pickle(types.MappingProxyType, _mapping_proxy)
 
 
 def _worker_started(niceness: int, server_pid: int) -> None:
-    """In each worker process: step below the server, and end when the server is gone.
-    A pool's workers wait on a queue whose both ends they hold, so a server killed with
-    SIGKILL would otherwise leave them (and the fork server) running for ever."""
+    """In each worker process: step below the server, leave Ctrl-C to the server (it ends
+    the workers), and end when the server is gone. A pool's workers wait on a queue whose
+    both ends they hold, so a server killed with SIGKILL would otherwise leave them running
+    for ever, holding its stdout open."""
     os.nice(niceness)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_end_with, args=(server_pid,), name="ett-work-orphan",
                      daemon=True).start()
 
 
 def _end_with(server_pid: int) -> None:
-    while True:
-        time.sleep(1.0)
-        try:
-            os.kill(server_pid, 0)
-        except ProcessLookupError:
-            os._exit(0)
-        except PermissionError:
-            pass  # the pid is taken by another user's process: the server is gone
-        else:
-            continue
-        os._exit(0)
+    while not _gone(server_pid):
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has ended, a zombie nobody has reaped yet included (its parent may
+    be waiting for the end of the stdout the workers share with it)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # PermissionError: the pid was reused
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X")
 
 
 def _process_pool(workers: int, preload: Sequence[str]) -> ProcessPoolExecutor:
