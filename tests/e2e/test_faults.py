@@ -110,6 +110,19 @@ class Poster(threading.Thread):
         client.close()
 
 
+def await_killed_sessions(engine, timeout_s: float = 30.0) -> None:
+    """Wait until no other session holds an advisory lock: the backend of a client killed
+    with SIGKILL keeps its per-job locks until PostgreSQL notices the client is gone, and a
+    pass would skip those jobs as taken by another aggregator."""
+    deadline = time.monotonic() + timeout_s
+    with engine.connect() as conn:
+        while time.monotonic() < deadline and conn.execute(text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND pid <> pg_backend_pid()")).scalar_one():
+            conn.rollback()
+            time.sleep(0.1)
+
+
 def run_posters(posters: list[Poster], seconds: float, during=None) -> None:
     for p in posters:
         p.start()
@@ -278,6 +291,7 @@ def test_aggregator_loops_killed_repeatedly_while_events_arrive_equal_an_undistu
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait()
+    await_killed_sessions(db_engine)
     agg.run_pass()
     interrupted = results_state(db_engine)
     wipe_results(db_engine)
