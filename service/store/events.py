@@ -81,15 +81,17 @@ _UNPACK = ",\n               ".join(
 # filtered on event_id, so a retried batch of one job at a few instants cost n^2 row
 # comparisons (5,000 events: past the 10 s ingest statement timeout; docs/performance.md).
 # Windows leave it no such choice. Key and content are compared as records, whose equality
-# takes NULLs as equal, as IS DISTINCT FROM did.
+# takes NULLs as equal, as IS DISTINCT FROM did. Two rows of the batch itself with one key
+# and other contents are two events too: the first in the batch keeps the id (`ord`).
 _KEY_ROW = f"ROW({', '.join(_KEY)}) AS key"
 _CONTENT_ROW = f"ROW({', '.join(_CONTENT)}) AS content"
 INSERT_SQL = f"""
     WITH r AS MATERIALIZED (
         SELECT *, {_KEY_ROW}, {_CONTENT_ROW}
         FROM (SELECT {_UNPACK},
-                     md5(r::text) AS digest
-              FROM json_array_elements(CAST(%(rows)s AS json)) AS r) AS unpacked
+                     md5(r::text) AS digest, ord
+              FROM json_array_elements(CAST(%(rows)s AS json)) WITH ORDINALITY AS x(r, ord)
+              ) AS unpacked
     ), near AS MATERIALIZED (
         SELECT {_KEY_ROW}, {_CONTENT_ROW}
         FROM (SELECT {", ".join("e." + c for c in _KEY + _CONTENT)}
@@ -98,14 +100,17 @@ INSERT_SQL = f"""
     ), seen AS (
         SELECT b.*,
                bool_or(b.stored) OVER (PARTITION BY b.key) AS key_stored,
-               bool_or(b.stored) OVER (PARTITION BY b.key, b.content) AS same_stored
+               bool_or(b.stored) OVER (PARTITION BY b.key, b.content) AS same_stored,
+               min(b.ord) OVER (PARTITION BY b.key) AS key_first,
+               min(b.ord) OVER (PARTITION BY b.key, b.content) AS content_first
         FROM (SELECT r.*, false AS stored FROM r
               UNION ALL
-              SELECT {"NULL, " * (len(COLUMNS) + 1)}near.key, near.content, true FROM near
+              SELECT {"NULL, " * (len(COLUMNS) + 2)}near.key, near.content, true FROM near
               ) AS b
     ), ins AS (
         INSERT INTO events ({", ".join(COLUMNS)})
-        SELECT CASE WHEN key_stored AND NOT same_stored
+        SELECT CASE WHEN (key_stored AND NOT same_stored)
+                      OR (NOT key_stored AND content_first <> key_first)
                THEN CAST(digest AS uuid) ELSE event_id END,
                {", ".join(COLUMNS[1:])}
         FROM seen

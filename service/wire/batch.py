@@ -205,10 +205,11 @@ def validate_batch(
             rejected.append({"index": index, "error": error})
             forbidden.append(error)
             continue
-        # An id is one event within its job and instant (the store's key); the same id in
-        # another job is another event. The instant, not its text: the fast path keeps the
-        # text as sent, and two spellings of one instant are one key to the store.
-        identity = (row.event_id, row.job_id, datetime.fromisoformat(row.ts))
+        # Only an identical re-send is a duplicate: the same id, job and instant with other
+        # content is another event, which the store keeps under an id derived from its row.
+        # The instant, not its text: the fast path keeps the text as sent, and two
+        # spellings of one instant are one key to the store.
+        identity = (*row._replace(ts=""), datetime.fromisoformat(row.ts))
         if identity in seen:
             duplicates += 1
             continue

@@ -351,3 +351,20 @@ def test_a_batch_half_stored_half_new_counts_each_half(api, db_engine) -> None:
     # The other events' own retry is a duplicate in turn.
     again = api.post("/v1/events", json={"events": mixed}).json()
     assert again == {"accepted": 0, "duplicates": len(mixed), "rejected": []}
+
+
+@pytest.mark.parametrize("filler", [0, 40])  # the statement alone; COPY, then its fallback
+def test_one_id_at_one_instant_with_two_contents_in_one_batch_is_two_events(
+        api, db_engine, filler: int) -> None:
+    first = event("heartbeat", 5, attrs={"step": 1})
+    other = dict(first, attrs={"step": 2})
+    batch = [first, other, dict(first)] + [event("heartbeat", 6 + i) for i in range(filler)]
+    r = api.post("/v1/events", json={"events": batch}).json()
+    assert r == {"accepted": 2 + filler, "duplicates": 1, "rejected": []}
+    ids = stored(db_engine)
+    assert len(ids) == len(set(ids)) == 2 + filler
+    assert uuid.UUID(first["event_id"]) in ids  # the first in the batch keeps its id
+    again = api.post("/v1/events", json={"events": batch}).json()
+    assert again == {"accepted": 0, "duplicates": len(batch), "rejected": []}
+    # Sent alone afterwards, either content is a retry too.
+    assert api.post("/v1/events", json={"events": [other]}).json()["duplicates"] == 1
