@@ -123,11 +123,13 @@ class Aggregator:
         batch_jobs: int = default("aggregate_batch_jobs"),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         running_job_cache_events: int = 2_000_000,
+        incremental: bool = True,
     ) -> None:
         self.engine = engine
         self.taxonomy = taxonomy
         self.heartbeat_timeout_us = int(heartbeat_timeout_s * US_PER_SECOND)
         self.batch_jobs = batch_jobs
+        self.incremental = incremental
         self.clock = clock
         self._listeners: list[Callable[[PassReport], None]] = []
         self._lock = threading.Lock()  # one pass at a time per process
