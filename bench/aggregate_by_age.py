@@ -41,8 +41,8 @@ def _ev(job: str, t: float, kind: str, **extra: Any) -> dict[str, Any]:
 def job_events(job: str, start: float, until: float) -> Iterator[dict[str, Any]]:
     """A continuous trainer's events in [start, until]."""
     yield _ev(job, start, "allocated", gpus=GPUS)
-    yield _ev(job, start, "phase_start", phase="initialization")
-    yield _ev(job, start + 300, "phase_end", phase="initialization")
+    yield _ev(job, start, "phase_start", phase="pre_train")
+    yield _ev(job, start + 300, "phase_end", phase="pre_train")
     yield _ev(job, start + 300, "phase_start", phase="training")
     t, step, next_save = start + 300 + HEARTBEAT_S, 0, start + 300 + SAVE_EVERY_S
     while t <= until:
