@@ -23,7 +23,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from ett_core import Event
+from ett_core import Event, Segment
+from ett_core.resume import JobSnapshot
 from service.store import results as store
 from service.store.result_rows import JobRows
 
@@ -31,8 +32,17 @@ from service.store.result_rows import JobRows
 @dataclass(frozen=True)
 class Entry:
     written_at: datetime
-    events: list[Event]
+    # All the job's events, or only those from its snapshot's cut on (then `snapshot`).
+    events: Sequence[Event]
     rows: JobRows
+    # Where a resumed computation starts (ett_core.resume), and the segments it resumed
+    # from: with them a pass neither loads the job's history nor rewrites its rows.
+    snapshot: JobSnapshot | None = None
+    segments: tuple[Segment, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return len(self.events) + len(self.segments)
 
 
 class RunningJobCache:
@@ -46,8 +56,12 @@ class RunningJobCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def peek(self, job_id: str) -> Entry | None:
+        return self._entries.get(job_id)
+
     def reusable(self, conn: Connection, job_ids: Sequence[str]) -> dict[str, Entry]:
-        """The entries of those of `job_ids` (none with queue rows) still valid."""
+        """The entries of those of `job_ids` still valid: for a job with queue rows, only
+        a snapshot's is of use (its new events are loaded from its cut on)."""
         candidates = [j for j in job_ids if j in self._entries]
         if not candidates:
             return {}
@@ -64,17 +78,16 @@ class RunningJobCache:
         """Forget the jobs a pass no longer covers (closed, or closed by another aggregator
         while this one did not look): their entries would only hold memory."""
         for job_id in [j for j in self._entries if j not in job_ids]:
-            self._size -= len(self._entries.pop(job_id).events)
+            self._size -= self._entries.pop(job_id).size
 
-    def remember(self, now: datetime, job_ids: Iterable[str],
-                 running: Mapping[str, tuple[list[Event], JobRows]]) -> None:
-        """After a commit: the jobs of a chunk, and the events and rows of those running."""
+    def remember(self, job_ids: Iterable[str], running: Mapping[str, Entry]) -> None:
+        """After a commit: the jobs of a chunk, and the entries of those running."""
         for job_id in job_ids:
             old = self._entries.pop(job_id, None)
             if old is not None:
-                self._size -= len(old.events)
-        for job_id, (events, rows) in running.items():
-            if self._size + len(events) > self.max_events:
+                self._size -= old.size
+        for job_id, entry in running.items():
+            if self._size + entry.size > self.max_events:
                 break
-            self._entries[job_id] = Entry(now, events, rows)
-            self._size += len(events)
+            self._entries[job_id] = entry
+            self._size += entry.size
