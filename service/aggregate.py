@@ -366,12 +366,13 @@ class Aggregator:
                     computed.append((job_id, comp))
                     if snap is not None:
                         snapshots[job_id] = snap
+            labels = {j: cached[j].labels for j in resumed if cached[j].labels is not None}
             # A failed job keeps its previous results.
             ok = [j for j in locked if j not in failed]
             comps = dict(computed)
             try:
                 with conn.begin_nested():
-                    self._write(conn, ok, rows, cached, formatter, comps)
+                    self._write(conn, ok, rows, cached, formatter, comps, labels)
             except (OperationalError, InterfaceError):
                 raise  # the database, not a job: the chunk is retried as a whole
             except Exception:
@@ -380,7 +381,7 @@ class Aggregator:
                 for job_id in ok:
                     try:
                         with conn.begin_nested():
-                            self._write(conn, [job_id], rows, {}, formatter, comps)
+                            self._write(conn, [job_id], rows, {}, formatter, comps, labels)
                     except (OperationalError, InterfaceError):
                         raise
                     except Exception as exc:
@@ -406,7 +407,7 @@ class Aggregator:
         self._cache.remember(locked, {
             # The rows without what they were made from: one pass's rows only.
             job: (Entry(now, snapshots[job].tail, replace(r, since=None), snapshots[job],
-                        comps[job].segments)
+                        comps[job].segments, labels.get(job))
                   if job in snapshots else Entry(now, events[job], r))
             for job, r in rows.items()
             if remember and r.running and (job in snapshots or job in events)})
@@ -416,8 +417,10 @@ class Aggregator:
 
     @staticmethod
     def _write(conn: Connection, jobs: list[str], rows: dict, cached: dict,
-               formatter: RowFormatter, comps: dict[str, JobComputation]) -> None:
-        """Replace the stored results of `jobs` (a cached running job only in part)."""
+               formatter: RowFormatter, comps: dict[str, JobComputation],
+               labels: dict[str, dict[str, str]]) -> None:
+        """Replace the stored results of `jobs` (a cached running job only in part);
+        `labels` holds the labels of the resumed jobs and gets those of all the others."""
         partial = cached.keys() & rows.keys()
         updated = [(cached[j].rows, rows[j]) for j in jobs if j in partial]
         replaced = [j for j in jobs if j not in partial]
@@ -427,7 +430,7 @@ class Aggregator:
         store.update_jobs(conn, updated, formatter, deltas)
         store.apply_deltas(conn, deltas)
         store.replace_checkpoint_facts(conn, jobs, comps)
-        impact.replace_job_impact(conn, jobs, comps)
+        labels.update(impact.replace_job_impact(conn, jobs, comps, labels))
 
     def run_loop(self, interval_s: float, stop: threading.Event) -> None:
         """Run passes every `interval_s` until `stop` is set; errors are logged, not fatal."""

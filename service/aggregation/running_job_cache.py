@@ -39,6 +39,8 @@ class Entry:
     # from: with them a pass neither loads the job's history nor rewrites its rows.
     snapshot: JobSnapshot | None = None
     segments: tuple[Segment, ...] = ()
+    # Its labels (the impact rows'): a resumed job has no new allocation, so no new labels.
+    labels: dict[str, str] | None = None
 
     @property
     def size(self) -> int:

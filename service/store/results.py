@@ -156,12 +156,15 @@ def _event_row(_cursor: object) -> Callable[[Sequence[Any]], Event]:
 
 
 # The events of each job from its instant on (a resumed job's, ett_core.resume): one index
-# range per job and partition.
+# range per job and partition. OFFSET 0 keeps the subquery a subquery, run once per job:
+# pulled up into a join, it can become a hash join over every event of the table. The
+# earliest instant as a constant lets the planner see how few rows follow it (and skip the
+# partitions before it).
 _LOAD_EVENTS_FROM = _LOAD_EVENTS.replace(
     "FROM events WHERE job_id = ANY(%(ids)s) ORDER BY job_id, ts",
     "FROM unnest(%(ids)s::text[], %(froms)s::timestamptz[]) AS f(job, since)"
-    " CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.job_id = f.job AND e.ts >= f.since)"
-    " AS events ORDER BY job_id, ts")
+    " CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.job_id = f.job AND e.ts >= f.since"
+    " AND e.ts >= %(earliest)s OFFSET 0) AS events ORDER BY job_id, ts")
 
 
 def load_events_from(conn: Connection, since: Mapping[str, int]) -> dict[str, list[Event]]:
@@ -172,7 +175,8 @@ def load_events_from(conn: Connection, since: Mapping[str, int]) -> dict[str, li
     jobs = sorted(since)
     with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
         set_json_loads(orjson.loads, cur)
-        cur.execute(_LOAD_EVENTS_FROM, {"ids": jobs, "froms": [us_to_dt(since[j]) for j in jobs]})
+        cur.execute(_LOAD_EVENTS_FROM, {"ids": jobs, "froms": [us_to_dt(since[j]) for j in jobs],
+                                        "earliest": us_to_dt(min(since.values()))})
         rows = cur.fetchall()
     return {job_id: list(events) for job_id, events in groupby(rows, _JOB_ID)}
 
