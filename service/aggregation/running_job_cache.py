@@ -12,7 +12,11 @@ consumed queue rows this process never saw). That is what `jobs.computed_at` tel
 entry is used only while the job's stored row still carries the `now` this process wrote.
 (Two aggregators would have to write the same job at the same microsecond of their own
 clocks to fool it.)
-Memory stays bounded by the running jobs (capped at `max_events`), not by history.
+A running job the core can resume (ett_core.resume) is kept as its snapshot instead: its
+events since the snapshot's cut, and the segments it was computed with. It is then of use
+even with queue rows, when all of them start after the cut (service/aggregate.py).
+Memory stays bounded by the running jobs (capped at `max_events`: events plus segments
+kept), not by history.
 """
 
 from __future__ import annotations
