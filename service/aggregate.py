@@ -261,21 +261,21 @@ class Aggregator:
 
     def _resume(self, conn: Connection, cached: dict[str, Entry], queued: set[str],
                 firsts: dict[str, int | None], now_us: int
-                ) -> dict[str, tuple[JobComputation, JobSnapshot, Sequence[Event] | None]]:
+                ) -> dict[str, tuple[JobComputation, JobSnapshot, int | None]]:
         """The cached jobs with a snapshot that resume (ett_core.resume): (computation,
-        next snapshot, None when some of their new events are not due yet)."""
+        next snapshot, the earliest of their new events not due yet, if any)."""
         if not self.incremental:
             return {}
         snaps = {job: e.snapshot for job, e in cached.items() if e.snapshot is not None}
         loaded = store.load_events_from(conn, {j: s.cut_us for j, s in snaps.items()
                                                if j in queued})
-        out: dict[str, tuple[JobComputation, JobSnapshot, Sequence[Event] | None]] = {}
+        out: dict[str, tuple[JobComputation, JobSnapshot, int | None]] = {}
         for job_id, snap in snaps.items():
             try:
                 if job_id not in queued:
                     comp = computation_of(snap, now_us=now_us)
                     if comp is not None:
-                        out[job_id] = (comp, snap, snap.tail)
+                        out[job_id] = (comp, snap, None)
                     continue
                 known = {(e.event_id, e.ts_us) for e in snap.tail}
                 stored = loaded.get(job_id, [])
@@ -284,7 +284,9 @@ class Aggregator:
                 got = resume_job(snap, new, taxonomy=self.taxonomy, now_us=now_us,
                                  heartbeat_timeout_us=self.heartbeat_timeout_us)
                 if got is not None:
-                    out[job_id] = (*got, None if due is not stored else due)
+                    later = None if due is stored else min(
+                        e.ts_us for e in stored if e.ts_us > now_us)
+                    out[job_id] = (*got, later)
             except Exception:  # the full computation decides (and reports) what is wrong
                 log.exception("aggregation: resuming job_id=%s failed", job_id)
         self.resumed += len(out)
@@ -331,21 +333,21 @@ class Aggregator:
             failed: dict[str, str] = {}
             formatter = RowFormatter(now_us)
             rows = {}
-            deferred: list[str] = []
+            deferred: dict[str, int] = {}  # job -> its earliest event not due yet
             snapshots: dict[str, JobSnapshot] = {}
             for job_id in locked:
                 previous = None
                 if job_id in resumed:
-                    comp, snap, job_events = resumed[job_id]
+                    comp, snap, later = resumed[job_id]
                     entry = cached[job_id]
                     previous = (entry.rows, entry.segments)
-                    if job_events is None:
-                        deferred.append(job_id)
+                    if later is not None:
+                        deferred[job_id] = later
                 else:
                     stored = events.get(job_id, [])
                     job_events = due_events(stored, now_us)
                     if job_events is not stored:
-                        deferred.append(job_id)
+                        deferred[job_id] = min(e.ts_us for e in stored if e.ts_us > now_us)
                     if not job_events:
                         continue
                     comp = self._compute(job_id, job_events, now_us)

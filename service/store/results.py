@@ -426,11 +426,15 @@ def replace_checkpoint_facts(conn: Connection, job_ids: Sequence[str],
         fmt.copy_rows(cur, "checkpoint_attempts", CHECKPOINT_COLUMNS, lines)
 
 
-def requeue(conn: Connection, job_ids: Sequence[str]) -> None:
-    """Queue the jobs for the next pass again (their events are not all due yet)."""
-    if job_ids:
-        conn.execute(text("INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(:j AS text[]))"),
-                     {"j": sorted(job_ids)})
+def requeue(conn: Connection, firsts: Mapping[str, int]) -> None:
+    """Queue the jobs for the next pass again (their events are not all due yet), each
+    with the earliest instant not due (epoch microseconds; stored to the second)."""
+    if firsts:
+        jobs = sorted(firsts)
+        conn.execute(text(
+            "INSERT INTO dirty_jobs (job_id, first_ts) SELECT j, date_trunc('second', f)"
+            " FROM unnest(CAST(:j AS text[]), CAST(:f AS timestamptz[])) AS u(j, f)"),
+            {"j": jobs, "f": [us_to_dt(firsts[j]) for j in jobs]})
 
 
 def consume_queue_rows(conn: Connection, seqs: Sequence[int]) -> None:
