@@ -34,6 +34,7 @@ from ett_core.level1 import AttemptTerms, attempt_terms, combine
 from ett_core.progress import Labelled, Progress, label
 from ett_core.result import AttemptResult, JobResult
 from ett_core.segments import Segment, to_segments
+from ett_core.snapshot import Gaps, JobSnapshot, Window
 from ett_core.stalls import (
     MAX_STEP,
     MIN_ADVANCES,
@@ -44,126 +45,10 @@ from ett_core.stalls import (
     training_scan,
 )
 from ett_core.taxonomy import CHECKPOINT_SAVE, COMPONENTS, EFFECTIVE, LOST_PROGRESS, Taxonomy
-from ett_core.timeline import AttemptTimeline, OpenPhase, partition
+from ett_core.timeline import AttemptTimeline, partition
 
 # New events of these types end or re-frame the attempt: computed from all events.
 _REFRAMING = frozenset(("allocated", "released", "failure"))
-# Step intervals before the cut are kept sorted in two parts; the small one takes the new
-# ones and is merged into the large one when it outgrows this.
-_SMALL_GAPS = 512
-
-Window = tuple[int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class _Gaps:
-    """Sorted step intervals (microseconds): `big` and `small`, each sorted."""
-
-    big: tuple[int, ...] = ()
-    small: tuple[int, ...] = ()
-
-    def add(self, values: Sequence[int]) -> _Gaps:
-        if not values:
-            return self
-        small = tuple(sorted(self.small + tuple(values)))
-        if len(small) > _SMALL_GAPS:
-            return _Gaps(tuple(sorted(self.big + small)), ())
-        return _Gaps(self.big, small)
-
-    def median_with(self, more: Sequence[int]) -> int:
-        """The median of these intervals and `more`, as stalls._median rounds it."""
-        a, b = self.big, sorted(self.small + tuple(more))
-        n = len(a) + len(b)
-        middle = n // 2
-        if n % 2:
-            return _kth(a, b, middle)
-        return (_kth(a, b, middle - 1) + _kth(a, b, middle)) // 2
-
-
-def _kth(a: Sequence[int], b: Sequence[int], k: int) -> int:
-    """The k-th smallest (from 0) of two sorted sequences together."""
-    lo, hi = max(0, k + 1 - len(b)), min(k + 1, len(a))
-    while True:
-        i = (lo + hi) // 2  # how many of the k+1 smallest come from a
-        j = k + 1 - i
-        if i > 0 and j < len(b) and a[i - 1] > b[j]:
-            hi = i - 1
-        elif j > 0 and i < len(a) and b[j - 1] > a[i]:
-            lo = i + 1
-        else:
-            return max(a[i - 1] if i > 0 else b[j - 1], b[j - 1] if j > 0 else a[i - 1])
-
-
-@dataclass(frozen=True, slots=True)
-class JobSnapshot:
-    """A running job's computation before its cut, and what resumes it."""
-
-    job_id: str
-    model: str
-    team: str
-    taxonomy: Taxonomy
-    heartbeat_timeout_us: int
-    cut_us: int
-    # The job's events at or after the cut (all in the running attempt), in order.
-    tail: tuple[Event, ...]
-    # The attempts before the running one, as the computation left them.
-    prior_frames: tuple[AttemptFrame, ...]
-    prior_terms: tuple[AttemptTerms, ...]
-    prior_attempts: tuple[AttemptResult, ...]
-    prior_stalls: tuple[AttemptStalls, ...]
-    prior_checkpoints: tuple[AttemptCheckpoints, ...]
-    prior_segments: tuple[Segment, ...]
-    # The running attempt's facts.
-    attempt: int
-    start_us: int
-    gpus: int
-    allocated: bool
-    # Up to which instant a new event could still name the attempt's GPUs or the job's
-    # team (an earlier one changes them): None when no event may.
-    gpus_until_us: int | None
-    team_until_us: int | None
-    # The running attempt before the cut.
-    segments: tuple[Segment, ...]
-    terms: AttemptTerms
-    first_training_us: int | None
-    stack: tuple[OpenPhase, ...]
-    training_open: tuple[tuple[str, int], ...]
-    training_end_us: int | None
-    durable: int
-    max_snapshot_us: int | None
-    intervals_us: tuple[int, ...]
-    last_before_us: int | None  # training before the latest snapshot
-    training_us: int
-    blocking_save_us: int
-    lost_us: int
-    advances: int
-    last_advance: tuple[int, int] | None
-    first_step: int | None  # of the attempt's first advance, even after the cut
-    gaps: _Gaps
-    max_gap_us: int
-    median_us: int | None
-    threshold_us: int | None
-    gap_windows: tuple[Window, ...]  # stalls between two advances before the cut
-    windows_before_cut: tuple[Window, ...]  # every stall, clipped to the cut
-    # Sums over the segments before the cut (prior attempts' and this one's).
-    components: tuple[tuple[str, int], ...]
-    phases: tuple[tuple[str, int], ...]
-    owners: tuple[tuple[str, int], ...]
-    # Diagnostics of everything but the running attempt's partition after the cut and its
-    # few-advances entry.
-    counts: tuple[tuple[str, int], ...]
-    unknown_phase_names: tuple[str, ...]
-    gpus_defaulted_attempts: tuple[int, ...]
-    inferred_end_attempts: tuple[int, ...]
-    few_advances_attempts: tuple[int, ...]
-    snapshot_from_steps: tuple[int, ...]
-
-    @property
-    def stable_segments(self) -> int:
-        """How many leading segments of the job every resumed computation repeats."""
-        return len(self.prior_segments) + max(0, len(self.segments) - 1)
-
-
 @dataclass(frozen=True, slots=True)
 class _Tail:
     """The running attempt after the cut, computed once per resume."""
@@ -480,7 +365,7 @@ def snapshot_job(comp: JobComputation, *, taxonomy: Taxonomy, now_us: int,
         first_training_us=None, stack=(), training_open=(), training_end_us=None,
         durable=0, max_snapshot_us=None, intervals_us=(), last_before_us=None,
         training_us=0, blocking_save_us=0, lost_us=0, advances=0, last_advance=None,
-        first_step=first_step, gaps=_Gaps(), max_gap_us=0, median_us=None, threshold_us=None,
+        first_step=first_step, gaps=Gaps(), max_gap_us=0, median_us=None, threshold_us=None,
         gap_windows=(), windows_before_cut=(), components=tuple(components.items()),
         phases=tuple(phases.items()), owners=tuple(owners.items()),
         counts=tuple(diag.counts.items()), unknown_phase_names=(),

@@ -193,3 +193,16 @@ def test_a_heartbeat_resumes_from_the_latest_save_and_a_late_event_declines():
     # The trainer went silent past the heartbeat timeout: no longer running.
     assert resume_job(later, [], taxonomy=TAXONOMY, now_us=now + TIMEOUT_US + S,
                       heartbeat_timeout_us=TIMEOUT_US) is None
+
+
+@given(st.lists(st.integers(0, 10**6), max_size=40), st.lists(st.integers(0, 10**6),
+                                                              max_size=40),
+       st.lists(st.integers(0, 10**6), max_size=5))
+def test_the_kept_step_intervals_give_the_median_the_stall_rule_takes(big, small, more):
+    from ett_core.snapshot import Gaps
+    from ett_core.stalls import _median
+
+    if not big and not small and not more:
+        return
+    gaps = Gaps(tuple(sorted(big)), ()).add(small)
+    assert gaps.median_with(more) == _median(big + small + more)
