@@ -120,7 +120,8 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int) -> _Tai
 
     advances = advances_of(sub, snap.last_advance[1] if snap.last_advance else -1)
     count = snap.advances + len(advances)
-    first_step = snap.first_step if snap.first_step is not None else (
+    # The first advance before the cut stays; after it, an event that came late may be it.
+    first_step = snap.first_step if snap.advances else (
         advances[0][1] if advances else None)
     if snap.prior_frames and first_step != snap.first_step:
         return None  # the attempt before restarted from another step
@@ -268,7 +269,7 @@ def _advance(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobSnapshot
         gap_windows = tail.pre_windows + tuple(
             (s + median, e) for s, e in pairwise(points) if e - s > threshold)
     counts = Counter(dict(snap.counts)) + extra + diag.counts
-    first_step = snap.first_step if snap.first_step is not None else (
+    first_step = snap.first_step if snap.advances else (
         tail.advances[0][1] if tail.advances else None)
     return replace(
         snap,
