@@ -198,10 +198,13 @@ def queue_window(conn: Connection, start: datetime, end: datetime, key: str | No
             clauses += f" AND j.{column} = :f_{column}"
             params[f"f_{column}"] = value
     select = f"j.{key}" if key else "NULL"
+    # A job's queue seconds are its attempts' (none negative): only the jobs with some, on
+    # their partial index (ix_jobs_queued_last_at), have attempts to unpack.
     rows = conn.execute(text(
         f"SELECT {select} AS k, sum((a->>'queue_seconds')::float8)"
         " FROM jobs j, jsonb_array_elements(j.result->'attempts') a"
-        " WHERE j.last_at >= :start AND j.first_at < :end"
+        " WHERE (j.result ->> 'queue_seconds')::float8 > 0"
+        " AND j.last_at >= :start AND j.first_at < :end"
         " AND (a->>'allocated_at')::timestamptz >= :start"
         " AND (a->>'allocated_at')::timestamptz < :end"
         f" AND (a->>'queue_seconds')::float8 > 0{clauses}"

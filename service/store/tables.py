@@ -95,6 +95,9 @@ jobs = Table(
     Index("ix_jobs_model_last_at", "model", "last_at"),
     Index("ix_jobs_team_last_at", "team", "last_at"),
     Index("ix_jobs_open", "open", postgresql_where=text("open")),
+    # The jobs with queue time (scheduler-reported attempts): what a window's queue reads.
+    Index("ix_jobs_queued_last_at", "last_at",
+          postgresql_where=text("(result ->> 'queue_seconds')::float8 > 0")),
 )
 
 attempts = Table(
