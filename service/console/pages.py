@@ -21,7 +21,7 @@ from service.errors import NotFound, Unprocessable
 from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
 from service.results.jobs import job_timeline, model_jobs
 from service.results.series import ett_series
-from service.results.windows import ett_window, models_overview, team_bill
+from service.results.windows import ett_window, ett_windows, models_overview, team_bill
 from service.slo.burn import team_burns
 from service.slo.load import load_slo_spec
 
@@ -69,9 +69,10 @@ def _series(engine: Engine, start: datetime, end: datetime, step: str,
 
 def fleet(req: PageRequest) -> dict[str, Any]:
     name, start, end, step = _window(req)
-    total = ett_window(req.engine, start, end, "none", None, None)["groups"][0]
-    teams = ett_window(req.engine, start, end, "team", None, None)["groups"]
-    owners = ett_window(req.engine, start, end, "owner", None, None)["groups"]
+    answers = ett_windows(req.engine, start, end, ("none", "team", "owner"), None, None)
+    total = answers["none"]["groups"][0]
+    teams = answers["team"]["groups"]
+    owners = answers["owner"]["groups"]
     for owner in owners:
         owner["lost_gpu_seconds"] = owner["held_gpu_seconds"] - owner["effective_gpu_seconds"]
     owners.sort(key=lambda g: -g["lost_gpu_seconds"])
