@@ -84,8 +84,7 @@ def fleet(req: PageRequest) -> dict[str, Any]:
 def team(req: PageRequest) -> dict[str, Any]:
     name, start, end, step = _window(req)
     team_name = req.path["team"]
-    models = [m for m in models_overview(req.engine, req.now)["models"]
-              if m["team"] == team_name]
+    models = models_overview(req.engine, req.now, team_name)["models"]
     bill = team_bill(req.engine, team_name, start, end)
     slos: list[dict[str, Any]] = []
     slo_note = None

@@ -127,13 +127,17 @@ def ett_windows(engine: Engine, start: datetime, end: datetime, group_bys: Seque
     return answers
 
 
-def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
+def models_overview(engine: Engine, now: datetime, team: str | None = None) -> dict[str, Any]:
+    """Every model (only `team`'s models if given: the same rows, each still summing the
+    model's time under every team, read for those models alone)."""
     day, week = now - timedelta(days=1), now - timedelta(days=7)
     with engine.connect() as conn:
-        pairs = q.models_and_teams(conn)
-        by_day = summarise(q.window_rows(conn, day, now, ["model"]), "model")
-        by_week = summarise(q.window_rows(conn, week, now, ["model", "phase"]), "model")
-        queue_week = q.queue_window(conn, week, now, "model")
+        pairs = q.models_and_teams(conn, team)
+        filters: q.Filters = {} if team is None else {"model": sorted({m for m, _ in pairs})}
+        by_day = summarise(q.window_rows(conn, day, now, ["model"], filters), "model")
+        by_week = summarise(q.window_rows(conn, week, now, ["model", "phase"], filters),
+                            "model")
+        queue_week = q.queue_window(conn, week, now, "model", filters)
     models: list[dict[str, Any]] = []
     for model, team in pairs:
         d = group_to_wire(model, by_day.get(model))

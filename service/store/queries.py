@@ -49,12 +49,19 @@ def ceil_week(ts: datetime) -> datetime:
     return floor if floor == ts else floor + WEEK
 
 
-def _where(filters: dict[str, str | None], exclude_components: Sequence[str]) -> tuple[str, dict]:
+# A filter is one value, or a list of values any of which matches.
+Filters = dict[str, str | list[str] | None]
+
+
+def _where(filters: Filters, exclude_components: Sequence[str]) -> tuple[str, dict]:
     clauses, params = [], {}
     for column, value in filters.items():
         if column not in FILTER_COLUMNS:
             raise ValueError(f"cannot filter on {column}")
-        if value is not None:
+        if isinstance(value, list):
+            clauses.append(f"{column} = ANY(:f_{column})")
+            params[f"f_{column}"] = value
+        elif value is not None:
             clauses.append(f"{column} = :f_{column}")
             params[f"f_{column}"] = value
     if exclude_components:
@@ -68,7 +75,7 @@ def window_rows(
     start: datetime,
     end: datetime,
     keys: Sequence[str],
-    filters: dict[str, str | None] | None = None,
+    filters: Filters | None = None,
     exclude_components: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """GPU-microseconds in [start, end) grouped by `keys` (+ component), settled apart."""
@@ -147,8 +154,13 @@ def job_has_events(conn: Connection, job_id: str) -> bool:
     ).scalar_one()
 
 
-def models_and_teams(conn: Connection) -> list[tuple[str, str]]:
-    rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
+def models_and_teams(conn: Connection, team: str | None = None) -> list[tuple[str, str]]:
+    """Every (model, team) of a job; only `team`'s if given (on its index)."""
+    if team is None:
+        rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
+    else:
+        rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs WHERE team = :t"
+                                 " ORDER BY model, team"), {"t": team})
     return [(r[0], r[1]) for r in rows]
 
 
@@ -211,7 +223,7 @@ def silent_jobs(conn: Connection, cutoff: datetime) -> list[tuple[str, str, int]
 
 
 def queue_window(conn: Connection, start: datetime, end: datetime, key: str | None,
-                 filters: dict[str, str | None] | None = None) -> dict[Any, float]:
+                 filters: Filters | None = None) -> dict[Any, float]:
     """Queue seconds of the attempts allocated in [start, end), per `key` (model or team;
     None: one total). Queue time is not held time: it has no hourly rollup of its own and
     is read from the job documents (docs/model.md section 25)."""
@@ -220,7 +232,10 @@ def queue_window(conn: Connection, start: datetime, end: datetime, key: str | No
     clauses, params = "", {}
     for column in ("model", "team"):
         value = (filters or {}).get(column)
-        if value is not None:
+        if isinstance(value, list):
+            clauses += f" AND j.{column} = ANY(:f_{column})"
+            params[f"f_{column}"] = value
+        elif value is not None:
             clauses += f" AND j.{column} = :f_{column}"
             params[f"f_{column}"] = value
     select = f"j.{key}" if key else "NULL"
