@@ -21,7 +21,7 @@ from service.errors import NotFound, Unprocessable
 from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
 from service.results.jobs import job_timeline, model_jobs
 from service.results.series import ett_series
-from service.results.windows import ett_window, ett_windows, models_overview, team_bill
+from service.results.windows import ett_windows, models_overview, team_bill
 from service.slo.burn import team_burns
 from service.slo.load import load_slo_spec
 
@@ -96,7 +96,8 @@ def team(req: PageRequest) -> dict[str, Any]:
     if not models and not bill["by_phase"] and not slos:
         raise NotFound(f"team {team_name!r} has no models, owns no lost time in this window"
                        " and owns no SLO")
-    totals = ett_window(req.engine, start, end, "none", None, team_name)["groups"][0]
+    totals = ett_windows(req.engine, start, end, ("none",), None, team_name,
+                         notes=False)["none"]["groups"][0]
     return {"team": team_name, "window": name, "windows": list(WINDOWS), "start": start,
             "end": end, "models": models, "bill": bill, "slos": slos, "slo_note": slo_note,
             "total": totals, "series": _series(req.engine, start, end, step, team=team_name)}
@@ -108,7 +109,8 @@ def model(req: PageRequest) -> dict[str, Any]:
     recent, level1 = model_jobs(req.engine, model_name, start)
     if not recent:
         raise NotFound(f"model {model_name!r} has no jobs")
-    total = ett_window(req.engine, start, end, "none", model_name, None)["groups"][0]
+    total = ett_windows(req.engine, start, end, ("none",), model_name, None,
+                        notes=False)["none"]["groups"][0]
     return {"model": model_name, "team": recent[0]["team"], "window": name,
             "windows": list(WINDOWS), "start": start, "end": end, "total": total,
             "level1": level1, "jobs": recent,

@@ -97,24 +97,27 @@ def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
 
 
 def ett_windows(engine: Engine, start: datetime, end: datetime, group_bys: Sequence[str],
-                model: str | None, team: str | None) -> dict[str, dict[str, Any]]:
+                model: str | None, team: str | None, *, notes: bool = True
+                ) -> dict[str, dict[str, Any]]:
     """`ett_window` for each of `group_bys`, from one read of the rollups grouped by all
     their keys at once (a page showing the fleet by team and by owner reads the window
-    once, not once per grouping; integer sums regroup exactly)."""
+    once, not once per grouping; integer sums regroup exactly). Without `notes`, an empty
+    answer says nothing of why (what a page that shows only the figures skips reading:
+    the note of a team that runs no models reads the owners of the whole horizon)."""
     keys = [g for g in dict.fromkeys(group_bys) if g != "none"]
     filters = {"model": model, "team": team}
     answers: dict[str, dict[str, Any]] = {}
     with engine.connect() as conn:
         rows = q.window_rows(conn, start, end, [*keys, "phase"], filters)
-        notes: list[str | None] = []  # what an empty window says, read once if needed
+        said: list[str | None] = []  # what an empty window says, read once if needed
         for group_by in dict.fromkeys(group_bys):
             key = None if group_by == "none" else group_by
             groups = summarise(rows, key)
             note = None
-            if not any(g["held"] for g in groups.values()):
-                if not notes:
-                    notes.append(ett_note(conn, model, team, start, end))
-                note = notes[0]
+            if notes and not any(g["held"] for g in groups.values()):
+                if not said:
+                    said.append(ett_note(conn, model, team, start, end))
+                note = said[0]
             queue = (q.queue_window(conn, start, end, key, filters)
                      if key in (None, "model", "team") else {})
             if key is None:

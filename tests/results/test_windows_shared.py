@@ -40,3 +40,15 @@ def test_a_teams_overview_is_the_fleets_rows_of_that_team(api, agg, db_engine) -
     for team in ("ads", "feed", "nobody"):
         assert models_overview(db_engine, now, team)["models"] == [
             m for m in fleet if m["team"] == team]
+
+
+def test_without_notes_an_empty_window_has_the_same_figures_and_no_note(api, agg,
+                                                                        db_engine) -> None:
+    _fleet(api)
+    agg.run_pass()
+    start, end = BASE - timedelta(days=40), BASE - timedelta(days=30)
+    for team in ("ads", "scheduler"):
+        said = ett_window(db_engine, start, end, "none", None, team)
+        quiet = ett_windows(db_engine, start, end, ("none",), None, team, notes=False)["none"]
+        assert "note" in said and "note" not in quiet
+        assert quiet == {k: v for k, v in said.items() if k != "note"}
