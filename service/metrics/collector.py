@@ -27,6 +27,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
+from ett_core.instants import us_to_seconds
 from service.aggregate import Aggregator, PassReport
 from service.results.snapshot import (
     LEVEL1_BUCKETS,
@@ -166,7 +167,7 @@ class AggregatorCollector(Collector):
             self._restore()
         with self.engine.connect() as conn:
             snap = build_snapshot(conn, now or datetime.now(UTC),
-                                  self.aggregator.heartbeat_timeout_us / 1e6)
+                                  us_to_seconds(self.aggregator.heartbeat_timeout_us))
             order = first_seen(conn)
         teams = kept_teams(order, {k[1] for k in snap.settled_gpu_seconds}
                            | {k[1] for k in snap.jobs_running}, self.max_teams)

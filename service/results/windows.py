@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from ett_core.instants import us_to_seconds
 from ett_core.taxonomy import COMPONENTS, UNREPORTED
 from service.errors import Unprocessable
 from service.store import queries as q
@@ -79,13 +80,13 @@ def group_to_wire(key: Any, g: dict[str, Any] | None,
     unreported = g.get("unreported", 0)
     return {
         "key": key,
-        "held_gpu_seconds": held / 1e6,
-        "effective_gpu_seconds": effective / 1e6,
-        "at_risk_gpu_seconds": g["at_risk"] / 1e6,
+        "held_gpu_seconds": us_to_seconds(held),
+        "effective_gpu_seconds": us_to_seconds(effective),
+        "at_risk_gpu_seconds": us_to_seconds(g["at_risk"]),
         "ett_ratio": effective / held if held else None,
-        "components": {c: v / 1e6 for c, v in g["components"].items()},
+        "components": {c: us_to_seconds(v) for c, v in g["components"].items()},
         # The scheduler's word (docs/model.md section 25): beside ETT, never inside it.
-        "unreported_gpu_seconds": unreported / 1e6,
+        "unreported_gpu_seconds": us_to_seconds(unreported),
         "unreported_ratio": unreported / held if held else None,
         "queue_seconds": queue_seconds,
     }
