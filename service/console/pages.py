@@ -21,8 +21,8 @@ from service.errors import NotFound, Unprocessable
 from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
 from service.results.jobs import job_timeline, model_jobs
 from service.results.series import ett_series
+from service.results.slo_burn import team_burns
 from service.results.windows import ett_windows, models_overview, team_bill
-from service.slo.burn import team_burns
 from service.slo.load import load_slo_spec
 
 from .impact import impact_figures
