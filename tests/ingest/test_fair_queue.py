@@ -1,0 +1,146 @@
+"""The fair queue across tokens (service/fair_queue.py): who waits, and in what order the
+waiting are let in. The loop's lateness and the clock are given, so every order here is
+decided by the queue alone, never by timing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from service.fair_queue import MIN_SHARE, FairQueue
+
+
+class Scene:
+    def __init__(self) -> None:
+        self.busy = False
+        self.now = 0.0
+        self.queue = FairQueue(lambda: self.busy, max_wait_s=1.0, clock=lambda: self.now)
+        self.order: list[str] = []
+
+    def enter(self, token: str, label: str) -> asyncio.Future[None] | None:
+        turn = self.queue.enter(token)
+        if turn is None:
+            self.order.append(label)
+        else:
+            turn.add_done_callback(lambda _t: self.order.append(label))
+        return turn
+
+
+async def _settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_nothing_waits_while_the_loop_keeps_up() -> None:
+    async def scene() -> None:
+        s = Scene()
+        turns = [s.enter("hog", f"h{i}") for i in range(50)] + [s.enter("b", "b0")]
+        assert turns == [None] * 51
+        assert s.queue.total == 51 and s.queue.held == 0
+
+    asyncio.run(scene())
+
+
+def test_a_single_token_is_never_held_however_late_the_loop() -> None:
+    async def scene() -> None:
+        s = Scene()
+        s.busy = True
+        assert all(s.enter("fleet", f"f{i}") is None for i in range(200))
+
+    asyncio.run(scene())
+
+
+def test_a_greedy_token_waits_while_the_others_go_straight_in() -> None:
+    async def scene() -> None:
+        s = Scene()
+        for i in range(12):
+            s.enter("hog", f"h{i}")
+        for t in "bcdefghij":
+            s.enter(t, f"{t}0")
+        s.busy = True  # the loop is behind: 12 of 21 at work are the hog's
+        waiting = [s.enter("hog", f"h{12 + i}") for i in range(3)]
+        assert all(w is not None for w in waiting)
+        # Another token's request is not behind the hog's: in at once.
+        assert s.enter("b", "b1") is None
+        # The hog's ending work lets its own in only within its share.
+        for _ in range(12 - MIN_SHARE):
+            s.queue.leave("hog")
+        await _settle()
+        assert s.order[-1] == "b1" and not any(w.done() for w in waiting)
+        s.queue.leave("hog")  # below its share now
+        await _settle()
+        assert s.order[-1] == "h12"
+        s.busy = False  # the loop caught up: the rest in arrival order
+        assert s.queue.let_in() == 2
+        await _settle()
+        assert s.order[-2:] == ["h13", "h14"]
+
+    asyncio.run(scene())
+
+
+def test_the_waiting_are_let_in_one_token_at_a_time_in_turn() -> None:
+    async def scene() -> None:
+        s = Scene()
+        for t in "abc":  # three tokens far over their share of 127 at work
+            for i in range(40):
+                s.enter(t, f"warm-{t}{i}")
+        for t in "defghij":
+            s.enter(t, f"warm-{t}")
+        s.busy = True
+        for i in range(4):
+            s.enter("a", f"a{i}")
+        for i in range(2):
+            s.enter("b", f"b{i}")
+        s.enter("c", "c0")
+        s.order.clear()
+        s.busy = False
+        assert s.queue.let_in() == 7
+        await _settle()
+        assert s.order == ["a0", "b0", "c0", "a1", "b1", "a2", "a3"]
+        assert not s.queue.waiting
+
+    asyncio.run(scene())
+
+
+def test_no_request_waits_longer_than_the_max_wait_even_if_the_loop_stays_behind() -> None:
+    async def scene() -> None:
+        s = Scene()
+        for i in range(20):
+            s.enter("hog", f"h{i}")
+        s.enter("b", "b0")
+        s.busy = True
+        first = s.enter("hog", "late0")
+        s.now = 0.5
+        second = s.enter("hog", "late1")
+        assert s.queue.let_in() == 0
+        s.now = 1.0  # the first has waited max_wait_s, the second half of it
+        assert s.queue.let_in() == 1
+        await _settle()
+        assert first is not None and first.done() and second is not None and not second.done()
+        s.now = 1.5
+        assert s.queue.let_in() == 1
+
+    asyncio.run(scene())
+
+
+def test_a_request_whose_client_left_while_waiting_gives_its_place_up() -> None:
+    async def scene() -> None:
+        s = Scene()
+        for i in range(20):
+            s.enter("hog", f"h{i}")
+        s.enter("b", "b0")
+        s.busy = True
+        turn = s.queue.enter("hog")
+        assert turn is not None
+        waiter = asyncio.ensure_future(s.queue.wait("hog", turn))
+        await _settle()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert "hog" not in s.queue.waiting
+        assert s.queue.total == 21 and s.queue.at_work["hog"] == 20
+        s.busy = False
+        assert s.queue.let_in() == 0
+
+    asyncio.run(scene())
