@@ -263,21 +263,16 @@ class Ingestion:
         self.in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
                                        limits.max_in_flight_per_token)
         self.claims = ClaimCache()
-        self.loop_lag = LoopLag(on_tick=self._let_in)
         fair_lag_s = limits.fair_lag_s
         self.fair = FairQueue(
             lambda: fair_lag_s > 0 and self.loop_lag.lag_s >= fair_lag_s,
             max_wait_s=limits.fair_max_wait_s, clock=time.monotonic)
+        self.loop_lag = LoopLag(on_tick=self.fair.tick)
         self.work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
                              preload=(__name__,))
 
-    def _let_in(self) -> None:
-        if self.fair.waiting:
-            self.fair.let_in()
-
     async def turn(self, token: str) -> None:
-        """Wait for `token`'s turn at work (`service.fair_queue`); `self.fair.leave(token)`
-        once the work ends, whether this returned or raised."""
+        """Wait for `token`'s turn at work (`service.fair_queue`)."""
         self.loop_lag.follow(asyncio.get_running_loop())
         turn = self.fair.enter(token)
         if turn is not None:
@@ -333,21 +328,18 @@ async def post_events(request: Request) -> Response:
     limits = flow.limits
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
-        await flow.turn(token)  # left below, or by its own cancellation
-        try:
-            body = await read_body(request, limit=limits.max_body_bytes,
-                                   deadline_s=limits.body_deadline_s, charge=charge)
-            if len(body) <= INLINE_MAX_BYTES:
-                batch = decide_events(body, principal, flow.clock(), flow.deciding)
-            else:
-                batch = await flow.work.run(decide_events, body, principal, flow.clock(),
-                                            flow.deciding)
-            del body  # nothing keeps the body alive past validation
-            if not len(batch.rows) and batch.forbidden:
-                raise Forbidden(_forbidden_summary(batch.forbidden))
-            inserted, checked = await flow.stored(batch, principal.team)
-        finally:
-            flow.fair.leave(token)
+        await flow.turn(token)
+        body = await read_body(request, limit=limits.max_body_bytes,
+                               deadline_s=limits.body_deadline_s, charge=charge)
+        if len(body) <= INLINE_MAX_BYTES:
+            batch = decide_events(body, principal, flow.clock(), flow.deciding)
+        else:
+            batch = await flow.work.run(decide_events, body, principal, flow.clock(),
+                                        flow.deciding)
+        del body  # nothing keeps the body alive past validation
+        if not len(batch.rows) and batch.forbidden:
+            raise Forbidden(_forbidden_summary(batch.forbidden))
+        inserted, checked = await flow.stored(batch, principal.team)
     outcome = BatchOutcome(
         accepted=inserted,
         duplicates=checked.kept - inserted + batch.in_batch_duplicates,
@@ -375,17 +367,14 @@ async def post_traces(request: Request, principal: SpanWriter) -> Response:
     media = otlp.media_type_of(request.headers.get("content-type"))
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
-        await flow.turn(token)  # left below, or by its own cancellation
-        try:
-            body = await read_body(request, limit=flow.limits.max_body_bytes,
-                                   deadline_s=flow.limits.body_deadline_s,
-                                   media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
-            mapped, batch = await flow.work.run(decide_spans, body, media, principal,
-                                                flow.clock(), flow.deciding)
-            del body
-            inserted, checked = await flow.stored(batch, principal.team)
-        finally:
-            flow.fair.leave(token)
+        await flow.turn(token)
+        body = await read_body(request, limit=flow.limits.max_body_bytes,
+                               deadline_s=flow.limits.body_deadline_s,
+                               media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
+        mapped, batch = await flow.work.run(decide_spans, body, media, principal,
+                                            flow.clock(), flow.deciding)
+        del body
+        inserted, checked = await flow.stored(batch, principal.team)
     # A span is rejected when any of its events is: its other events may be stored,
     # and a corrected re-send stores the rest (the stored ones are duplicates).
     span_errors = dict(mapped.rejected)
