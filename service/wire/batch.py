@@ -209,11 +209,12 @@ def validate_batch(
         # content is another event, which the store keeps under an id derived from its row.
         # The instant, not its text: the fast path keeps the text as sent, and two
         # spellings of one instant are one key to the store.
-        identity = (*row._replace(ts=""), datetime.fromisoformat(row.ts))
-        if identity in seen:
-            duplicates += 1
-            continue
-        seen.add(identity)
+        if len(raw) > 1:  # one event cannot repeat itself (the fleet's usual batch)
+            identity = (*row._replace(ts=""), datetime.fromisoformat(row.ts))
+            if identity in seen:
+                duplicates += 1
+                continue
+            seen.add(identity)
         rows.append(row)
         indices.append(index)
         jobs.add(row.job_id)
