@@ -186,9 +186,10 @@ class Serve:
 
 @contextmanager
 def ett_serve(database_url: str, *, aggregator: bool = False,
-              env: dict[str, str] | None = None) -> Iterator[Serve]:
-    """A real `ett serve` subprocess (what production runs), stopped on exit."""
-    port = free_port()
+              env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Serve]:
+    """A real `ett serve` subprocess (what production runs), stopped on exit; on `port`
+    (a restart on the same address), else a free one."""
+    port = port or free_port()
     log = Path(tempfile.mkstemp(prefix="ett-bench-serve-", suffix=".log")[1])
     args = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
     if not aggregator:
