@@ -4,9 +4,10 @@ must not come back in step.
 A real `ett serve` (in-flight limit lowered to `IN_FLIGHT`, so that the fleet's return
 draws 503 + `Retry-After`), RECORDERS recorders in this process, each its own job, each
 sending a heartbeat every `BEAT_S`. After a steady start the server is stopped, kept down
-for `DOWN_S`, and started again on the same port. Every POST the SDK makes is noted (its
-instant and answer) by wrapping `ett_client.transport.post_batch`, the one function the
-SDK sends through. Measured, per variant:
+for `DOWN_S` (the recorders still record), and started again on the same port, from when
+nothing more is recorded: what is sent then is the backlog coming back. Every POST the
+SDK makes is noted (its instant and answer) by wrapping `ett_client.transport.post_batch`,
+the one function the SDK sends through. Measured, per variant:
 
 - `jitter` (the SDK as shipped: full jitter, `Retry-After` honoured) and `in_step` (the
   same fleet with the jitter's draw pinned to its maximum, as a client without jitter
@@ -111,7 +112,8 @@ def _variant(pg: Postgres, recorders: int, jitter: bool, after_s: float, down_s:
         _beat(recs, 0.0)  # recorded while the server is down
         with ett_serve(url, port=port, env=env):
             restarted = time.monotonic()
-            _beat(recs, after_s)
+            # Nothing more recorded: every POST from here is the backlog coming back.
+            time.sleep(after_s)
             for rec in recs:
                 rec.close(timeout=30.0)
     stats = [r.stats() for r in recs]
