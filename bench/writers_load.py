@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import random
 import sys
 import time
@@ -198,7 +199,11 @@ def main() -> None:
         result = asyncio.run(open_loop(args.url, args.token, weights, args.clients,
                                        args.rate, args.seconds, args.events, args.seed,
                                        args.fleet, args.rate_weight))
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    # The event loop may have left stdout non-blocking: a pipe that its reader drains
+    # slowly (a loaded machine) would then take only part of the line.
+    os.set_blocking(sys.stdout.fileno(), True)
+    sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+    sys.stdout.buffer.flush()
 
 
 if __name__ == "__main__":
