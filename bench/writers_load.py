@@ -199,11 +199,13 @@ def main() -> None:
         result = asyncio.run(open_loop(args.url, args.token, weights, args.clients,
                                        args.rate, args.seconds, args.events, args.seed,
                                        args.fleet, args.rate_weight))
-    # The event loop may have left stdout non-blocking: a pipe that its reader drains
-    # slowly (a loaded machine) would then take only part of the line.
-    os.set_blocking(sys.stdout.fileno(), True)
-    sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
-    sys.stdout.buffer.flush()
+    line = orjson.dumps(result)
+    path = os.environ.get("BENCH_RESULT_FILE")  # bench.common.run_json reads it there
+    if path:
+        with open(path, "wb") as fh:
+            fh.write(line)
+    else:
+        sys.stdout.write(line.decode() + "\n")
 
 
 if __name__ == "__main__":
