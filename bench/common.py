@@ -187,9 +187,10 @@ class Serve:
 
 @contextmanager
 def ett_serve(database_url: str, *, aggregator: bool = False,
-              env: dict[str, str] | None = None) -> Iterator[Serve]:
-    """A real `ett serve` subprocess (what production runs), stopped on exit."""
-    port = free_port()
+              env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Serve]:
+    """A real `ett serve` subprocess (what production runs), stopped on exit; on `port`
+    (a restart on the same address), else a free one."""
+    port = port or free_port()
     log = Path(tempfile.mkstemp(prefix="ett-bench-serve-", suffix=".log")[1])
     args = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
     if not aggregator:
@@ -224,12 +225,24 @@ def ett_serve(database_url: str, *, aggregator: bool = False,
 
 def run_json(args: list[str], env: dict[str, str] | None = None,
              timeout_s: float | None = None) -> dict[str, Any]:
-    """Run a helper process (`python -m bench.x ...`) and parse its last stdout line."""
-    out = subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True,
-                         text=True, env={**os.environ, **(env or {})}, timeout=timeout_s)
-    if out.returncode != 0:
-        raise RuntimeError(f"{args[0]} failed: {out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Run a helper process (`python -m bench.x ...`) and parse its result: the file named
+    by `BENCH_RESULT_FILE` if the helper wrote one (large results: a loaded machine's pipe
+    once gave only the first 64-128 KiB of a line), else its last stdout line."""
+    fd, name = tempfile.mkstemp(prefix="ett-bench-result-", suffix=".json")
+    os.close(fd)
+    result = Path(name)
+    try:
+        out = subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True,
+                             text=True, timeout=timeout_s,
+                             env={**os.environ, **(env or {}), "BENCH_RESULT_FILE": name})
+        if out.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {out.stderr[-3000:]}")
+        written = result.read_bytes()
+        if written:
+            return json.loads(written)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        result.unlink(missing_ok=True)
 
 
 # --- timing reads --------------------------------------------------------------------------

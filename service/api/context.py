@@ -33,7 +33,7 @@ from service.store.ingest_pool import IngestPool, pool_for
 from service.taxonomy import taxonomy_from
 from service.wire.span_mapping import load_mapping
 
-from .request_metrics import HttpMetrics
+from .request_metrics import HttpMetrics, watch_event_loop
 
 
 @dataclass
@@ -102,6 +102,7 @@ def build_context(
         on_outcome=lambda o: http_metrics.count_batch(o.accepted, o.duplicates,
                                                       len(o.rejected)),
         owner_of=taxonomy.team_of_model, span_mapping=load_mapping(s.otlp_mapping))
+    watch_event_loop(registry, lambda: ingestion.loop_lag.lag_s, lambda: ingestion.fair.held)
     aggregator = build_aggregator(s, engine, taxonomy) if with_aggregator else None
     collector = None
     if export_aggregates and aggregator is not None:

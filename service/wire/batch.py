@@ -157,12 +157,12 @@ def validate_batch(
     max_age_s: float, owner_of: Callable[[str], str | None] = lambda _model: None,
     window: bool = False,
 ) -> ValidatedBatch:
-    """Split a batch into rows to store (first copy of each id in its job) and rejections."""
+    """Split a batch into rows to store (every event but identical copies) and rejections."""
     rows: list[EventRow] = []
     jobs: set[str] = set()
     rejected: list[dict[str, Any]] = []
     forbidden: list[str] = []
-    seen: set[tuple[str, str, datetime]] = set()
+    seen: set[tuple[object, ...]] = set()
     indices: list[int] = []
     names: set[str] = set()
     scope: dict[tuple[str, str | None, bool], str | None] = {}
@@ -199,11 +199,12 @@ def validate_batch(
         # content is another event, which the store keeps under an id derived from its row.
         # The instant, not its text: the fast path keeps the text as sent, and two
         # spellings of one instant are one key to the store.
-        identity = (*row._replace(ts=""), datetime.fromisoformat(row.ts))
-        if identity in seen:
-            duplicates += 1
-            continue
-        seen.add(identity)
+        if len(raw) > 1:  # one event cannot repeat itself (the fleet's usual batch)
+            identity = (*row._replace(ts=""), datetime.fromisoformat(row.ts))
+            if identity in seen:
+                duplicates += 1
+                continue
+            seen.add(identity)
         rows.append(row)
         indices.append(index)
         jobs.add(row.job_id)
