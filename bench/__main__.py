@@ -24,6 +24,7 @@ from . import (
     reads,
     retry_batch,
     sdk,
+    sdk_restart,
     single,
     slow_clients,
     small_writers,
@@ -51,6 +52,7 @@ BENCHMARKS = {
     "loop_stall": (loop_stall, True),
     "fleet_180d": (fleet_180d, True),
     "small_writers": (small_writers, True),
+    "sdk_restart": (sdk_restart, True),
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import text
 
 from . import fleet
-from .common import Postgres, fmt, libpq_url, record, spread
+from .common import Postgres, fmt, libpq_url, record, spread, time_calls
 
 NAME = "advice"
 WINDOW_DAYS = 30
@@ -33,16 +33,6 @@ def _replicate(engine: Any, days: int) -> int:
                 {"k": k, "shift": timedelta(days=days * k)})
         conn.execute(text("ANALYZE checkpoint_attempts"))
         return conn.execute(text("SELECT count(*) FROM checkpoint_attempts")).scalar_one()
-
-
-def _time(fn: Any, runs: int) -> list[float]:
-    fn()  # warm-up
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def _write_cost(engine: Any, now: datetime) -> tuple[float, int]:
@@ -89,8 +79,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
         model = conn.execute(text("SELECT model FROM checkpoint_attempts GROUP BY model"
                                   " ORDER BY count(*) DESC LIMIT 1")).scalar_one()
     runs = 3 if quick else 7
-    one = spread(_time(lambda: checkpoint_advice(engine, model, start, now), runs), 1)
-    every = spread(_time(lambda: fleet_checkpoint_advice(engine, start, now), runs), 1)
+    one = spread(time_calls(lambda: checkpoint_advice(engine, model, start, now), runs), 1)
+    every = spread(time_calls(lambda: fleet_checkpoint_advice(engine, start, now), runs), 1)
     listed = fleet_checkpoint_advice(engine, start, now)
     ok = sum(a["status"] == "ok" for a in listed)
     engine.dispose()

@@ -1,4 +1,5 @@
-"""What every benchmark shares: statistics, result records, a PostgreSQL, an `ett serve`."""
+"""What every benchmark shares: statistics, result records, a PostgreSQL, an `ett serve`,
+and the timing of reads against it (API calls, console pages signed in as a browser)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -186,9 +187,10 @@ class Serve:
 
 @contextmanager
 def ett_serve(database_url: str, *, aggregator: bool = False,
-              env: dict[str, str] | None = None) -> Iterator[Serve]:
-    """A real `ett serve` subprocess (what production runs), stopped on exit."""
-    port = free_port()
+              env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Serve]:
+    """A real `ett serve` subprocess (what production runs), stopped on exit; on `port`
+    (a restart on the same address), else a free one."""
+    port = port or free_port()
     log = Path(tempfile.mkstemp(prefix="ett-bench-serve-", suffix=".log")[1])
     args = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
     if not aggregator:
@@ -223,9 +225,102 @@ def ett_serve(database_url: str, *, aggregator: bool = False,
 
 def run_json(args: list[str], env: dict[str, str] | None = None,
              timeout_s: float | None = None) -> dict[str, Any]:
-    """Run a helper process (`python -m bench.x ...`) and parse its last stdout line."""
-    out = subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True,
-                         text=True, env={**os.environ, **(env or {})}, timeout=timeout_s)
-    if out.returncode != 0:
-        raise RuntimeError(f"{args[0]} failed: {out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Run a helper process (`python -m bench.x ...`) and parse its result: the file named
+    by `BENCH_RESULT_FILE` if the helper wrote one (large results: a loaded machine's pipe
+    once gave only the first 64-128 KiB of a line), else its last stdout line."""
+    fd, name = tempfile.mkstemp(prefix="ett-bench-result-", suffix=".json")
+    os.close(fd)
+    result = Path(name)
+    try:
+        out = subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True,
+                             text=True, timeout=timeout_s,
+                             env={**os.environ, **(env or {}), "BENCH_RESULT_FILE": name})
+        if out.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {out.stderr[-3000:]}")
+        written = result.read_bytes()
+        if written:
+            return json.loads(written)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        result.unlink(missing_ok=True)
+
+
+# --- timing reads --------------------------------------------------------------------------
+
+def time_calls(fn: Callable[[], Any], runs: int) -> list[float]:
+    """Milliseconds of each of `runs` calls of `fn`, after one warm-up call."""
+    fn()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def time_get(client: httpx.Client, path: str, runs: int,
+             params: dict[str, Any] | None = None) -> tuple[list[float], int]:
+    """Milliseconds of each of `runs` GETs (after a warm-up that must succeed), and the
+    size of the answer in bytes."""
+    client.get(path, params=params).raise_for_status()
+    out, size = [], 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = client.get(path, params=params)
+        out.append((time.perf_counter() - t0) * 1000)
+        r.raise_for_status()
+        size = len(r.content)
+    return out, size
+
+
+def wait_for_metrics_snapshot(client: httpx.Client, timeout_s: float) -> None:
+    """Until /metrics shows the aggregator's first snapshot: a sample line, not only the
+    HELP text the collector describes before it exists."""
+    deadline = time.monotonic() + timeout_s
+    while "\nett_fleet_ett_ratio_7d " not in client.get("/metrics").text:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no metrics snapshot after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def console_pages(model: str, team: str, job_id: str) -> dict[str, str]:
+    """Every console page, by label: the fleet, a team of models, the team that owns the
+    SLOs but no model, a model, a job, checkpoint advice and impact."""
+    return {"fleet 7d": "/ui/", "fleet 30d": "/ui/?window=30d",
+            "team (models)": f"/ui/teams/{team}", "team (owner, SLOs)": "/ui/teams/scheduler",
+            "model": f"/ui/models/{model}", "job": f"/ui/jobs/{job_id}",
+            "checkpoint advice 30d": "/ui/checkpoints",
+            "impact (two labels, 30d)": "/ui/impact",
+            "impact (two periods)": "/ui/impact?mode=periods"}
+
+
+@contextmanager
+def signed_in_browser(base_url: str, timeout_s: float) -> Iterator[httpx.Client]:
+    """A client signed in to the console with the admin token, as a browser is (cookie)."""
+    with httpx.Client(base_url=base_url, timeout=timeout_s) as browser:
+        signed = browser.post("/ui/login", data={"token": ADMIN_TOKEN})
+        if signed.status_code != 303 or "ett_session" not in browser.cookies:
+            raise RuntimeError(f"sign-in failed: {signed.status_code} {signed.text[:300]}")
+        yield browser
+
+
+def time_page(browser: httpx.Client, path: str, runs: int) -> tuple[list[float], int]:
+    """`time_get` for a console page: the warm-up also proves the page renders (not the
+    sign-in form, not an error)."""
+    first = browser.get(path)
+    if first.status_code != 200 or "/ui/login" in str(first.url):
+        raise RuntimeError(f"{path}: {first.status_code} {first.text[:300]}")
+    ms, _size = time_get(browser, path, runs)
+    return ms, len(first.content)
+
+
+def most_attempts(url: str) -> str:
+    """The job with the most attempts: the timeline with the most lanes and marks."""
+    from service.store.engine import make_engine
+
+    engine = make_engine(url, pool_size=1)
+    with engine.connect() as conn:
+        job_id = conn.execute(text("SELECT job_id FROM attempts GROUP BY job_id"
+                                   " ORDER BY count(*) DESC, job_id LIMIT 1")).scalar_one()
+    engine.dispose()
+    return job_id

@@ -31,8 +31,23 @@ from sqlalchemy import text
 
 from . import fleet
 from .aggregation import settle
-from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, libpq_url, record, run_json, spread
-from .console import _most_attempts, _time_page
+from .common import (
+    ADMIN_TOKEN,
+    Postgres,
+    console_pages,
+    ett_serve,
+    fmt,
+    libpq_url,
+    most_attempts,
+    record,
+    run_json,
+    signed_in_browser,
+    spread,
+    time_calls,
+    time_get,
+    time_page,
+    wait_for_metrics_snapshot,
+)
 
 NAME = "fleet_180d"
 MODELS, DAYS = 500, 180
@@ -52,23 +67,12 @@ def _disk(engine: Any, events: int) -> dict[str, Any]:
         derived = dict(conn.execute(text(
             "SELECT relname, pg_total_relation_size(oid) FROM pg_class"
             " WHERE relname IN ('segments', 'rollup_hourly', 'jobs', 'attempts', 'job_impact',"
-            " 'checkpoint_attempts', 'fleet_hourly', 'fleet_daily') AND relkind = 'r'")).all())
+            " 'checkpoint_attempts', 'fleet_hourly', 'fleet_daily', 'fleet_weekly')"
+            " AND relkind = 'r'")).all())
     per = lambda b: round(int(b) / max(events, 1), 1)  # noqa: E731
     return {"events_bytes": int(total), "bytes_per_event": per(total),
             "heap_bytes_per_event": per(heap), "index_bytes_per_event": per(index),
             "derived_bytes_per_event": {k: per(v) for k, v in sorted(derived.items())}}
-
-
-def _time_get(client: httpx.Client, path: str, params: dict[str, Any] | None = None
-              ) -> list[float]:
-    client.get(path, params=params).raise_for_status()  # warm-up
-    out = []
-    for _ in range(READ_RUNS):
-        t0 = time.perf_counter()
-        r = client.get(path, params=params)
-        out.append((time.perf_counter() - t0) * 1000)
-        r.raise_for_status()
-    return out
 
 
 def _reads(url: str, engine: Any, now: datetime) -> tuple[dict[str, Any], list[tuple]]:
@@ -80,21 +84,18 @@ def _reads(url: str, engine: Any, now: datetime) -> tuple[dict[str, Any], list[t
     with ett_serve(url, aggregator=True, env={"ETT_AGGREGATE_INTERVAL_S": "3600"}) as srv, \
             httpx.Client(base_url=srv.url, timeout=300,
                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
-        deadline = time.monotonic() + 1800
-        while "\nett_fleet_ett_ratio_7d " not in client.get("/metrics").text:
-            if time.monotonic() > deadline:
-                raise RuntimeError("no metrics snapshot after 1800 s")
-            time.sleep(1)
-        ett = spread(_time_get(client, "/v1/ett", {"group_by": "model", "start": start28}), 1)
+        wait_for_metrics_snapshot(client, 1800)
+        ett = spread(time_get(client, "/v1/ett", READ_RUNS,
+                              {"group_by": "model", "start": start28})[0], 1)
         targets.append(("/v1/ett, whole fleet, 28 d, group_by=model", ett, 200))
-        met = spread(_time_get(client, "/metrics"), 1)
+        met = spread(time_get(client, "/metrics", READ_RUNS)[0], 1)
         targets.append(("/metrics", met, 100))
         _say(f"/v1/ett 28 d by model {fmt(ett, ' ms')}; /metrics {fmt(met, ' ms')}")
         impact_params = {"baseline_start": start28,
                          "baseline_end": now.isoformat().replace("+00:00", "Z"),
                          "baseline_label": "variant:baseline",
                          "candidate_label": "variant:optimized"}
-        imp = spread(_time_get(client, "/v1/impact", impact_params), 1)
+        imp = spread(time_get(client, "/v1/impact", READ_RUNS, impact_params)[0], 1)
         doc = client.get("/v1/impact", params=impact_params).json()
         cohorts = (doc["baseline"]["jobs"], doc["candidate"]["jobs"])
         figures["impact_cohort_jobs"] = list(cohorts)
@@ -103,29 +104,17 @@ def _reads(url: str, engine: Any, now: datetime) -> tuple[dict[str, Any], list[t
         _say(f"/v1/impact ({cohorts} jobs) {fmt(imp, ' ms')}")
         listing = client.get("/v1/models").json()["models"]
         model, team = listing[0]["model"], listing[0]["team"]
-        pages = {"fleet 7d": "/ui/", "fleet 30d": "/ui/?window=30d",
-                 "team (models)": f"/ui/teams/{team}", "team (owner, SLOs)": "/ui/teams/scheduler",
-                 "model": f"/ui/models/{model}", "job": f"/ui/jobs/{_most_attempts(url)}",
-                 "checkpoint advice 30d": "/ui/checkpoints",
-                 "impact (two labels, 30d)": "/ui/impact",
-                 "impact (two periods)": "/ui/impact?mode=periods"}
-        with httpx.Client(base_url=srv.url, timeout=300) as browser:
-            signed = browser.post("/ui/login", data={"token": ADMIN_TOKEN})
-            if signed.status_code != 303:
-                raise RuntimeError(f"sign-in failed: {signed.status_code}")
+        pages = console_pages(model, team, most_attempts(url))
+        with signed_in_browser(srv.url, 300) as browser:
             for label, path in pages.items():
-                ms, _size = _time_page(browser, path, READ_RUNS)
+                ms, _size = time_page(browser, path, READ_RUNS)
                 s = spread(ms, 1)
                 targets.append((f"console page {label}", s, 300))
                 _say(f"console {label} {fmt(s, ' ms')}")
     advice_start = now - timedelta(days=30)
-    fleet_checkpoint_advice(engine, advice_start, now)  # warm-up
-    timings = []
-    for _ in range(READ_RUNS):
-        t0 = time.perf_counter()
-        listed = fleet_checkpoint_advice(engine, advice_start, now)
-        timings.append((time.perf_counter() - t0) * 1000)
-    adv = spread(timings, 1)
+    adv = spread(time_calls(lambda: fleet_checkpoint_advice(engine, advice_start, now),
+                            READ_RUNS), 1)
+    listed = fleet_checkpoint_advice(engine, advice_start, now)
     targets.append((f"checkpoint advice, every model ({len(listed)}), 30 d", adv, 1000))
     _say(f"checkpoint advice for {len(listed)} models {fmt(adv, ' ms')}")
     figures.update({label: s for label, s, _bound in targets})

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
-from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, record, spread
+from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, record, spread, time_get
 
 NAME = "impact"
 
@@ -60,14 +60,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                   "baseline_end": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
                   "model": "paired_*", "baseline_label": "variant:baseline",
                   "candidate_label": "variant:optimized"}
-        client.get("/v1/impact", params=params).raise_for_status()  # warm-up
-        timings = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            r = client.get("/v1/impact", params=params)
-            timings.append((time.perf_counter() - t0) * 1000)
-            r.raise_for_status()
-        doc = r.json()
+        timings, _size = time_get(client, "/v1/impact", runs, params)
+        doc = client.get("/v1/impact", params=params).json()
         whatif = {k: v for k, v in params.items() if not k.startswith(("baseline", "candidate"))}
         w0 = time.perf_counter()
         client.get("/v1/whatif", params={**whatif, "start": params["baseline_start"],

@@ -11,7 +11,6 @@ Requests go to a real `ett serve` (aggregator on, so /metrics has its snapshot).
 from __future__ import annotations
 
 import statistics
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +18,17 @@ import httpx
 from sqlalchemy import text
 
 from . import fleet
-from .common import ADMIN_TOKEN, Postgres, ett_serve, fmt, libpq_url, record, spread
+from .common import (
+    ADMIN_TOKEN,
+    Postgres,
+    ett_serve,
+    fmt,
+    libpq_url,
+    record,
+    spread,
+    time_get,
+    wait_for_metrics_snapshot,
+)
 
 NAME = "reads"
 
@@ -63,24 +72,19 @@ def _replicate(url: str, now: datetime, days: int, window_days: int = 28) -> int
             "INSERT INTO fleet_daily SELECT date_trunc('day', hour, 'UTC'), model, team,"
             " component, phase, owner, sum(settled_gpu_us), sum(unsettled_gpu_us)"
             " FROM fleet_hourly GROUP BY 1, 2, 3, 4, 5, 6"))
+        # And the weekly one is the daily one summed by UTC week (from Monday).
+        conn.execute(text("TRUNCATE fleet_weekly"))
+        conn.execute(text(
+            "INSERT INTO fleet_weekly SELECT date_trunc('week', day, 'UTC'), model, team,"
+            " component, phase, owner, sum(settled_gpu_us), sum(unsettled_gpu_us)"
+            " FROM fleet_daily GROUP BY 1, 2, 3, 4, 5, 6"))
         conn.execute(text("ANALYZE fleet_daily"))
+        conn.execute(text("ANALYZE fleet_weekly"))
         conn.execute(text("ANALYZE fleet_hourly"))
         conn.execute(text("ANALYZE segments"))
         rows = conn.execute(text("SELECT count(*) FROM fleet_hourly")).scalar_one()
     engine.dispose()
     return rows
-
-
-def _time_get(client: httpx.Client, path: str, runs: int) -> tuple[list[float], int]:
-    client.get(path).raise_for_status()  # warm-up
-    out, size = [], 0
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        r = client.get(path)
-        out.append((time.perf_counter() - t0) * 1000)
-        r.raise_for_status()
-        size = len(r.content)
-    return out, size
 
 
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:
@@ -96,16 +100,10 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
     with ett_serve(url, aggregator=True, env={"ETT_AGGREGATE_INTERVAL_S": "3600"}) as srv, \
             httpx.Client(base_url=srv.url, timeout=60,
                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
-        deadline = time.monotonic() + 300
-        # A sample line, not only the HELP text the collector describes before its first
-        # snapshot exists.
-        while "\nett_fleet_ett_ratio_7d " not in client.get("/metrics").text:
-            if time.monotonic() > deadline:
-                raise RuntimeError("no metrics snapshot after 300 s")
-            time.sleep(0.5)
+        wait_for_metrics_snapshot(client, 300)
         start = (datetime.now(UTC) - timedelta(days=28)).isoformat().replace("+00:00", "Z")
-        ett_ms, ett_bytes = _time_get(client, f"/v1/ett?group_by=model&start={start}", runs)
-        metrics_ms, metrics_bytes = _time_get(client, "/metrics", runs)
+        ett_ms, ett_bytes = time_get(client, f"/v1/ett?group_by=model&start={start}", runs)
+        metrics_ms, metrics_bytes = time_get(client, "/metrics", runs)
         n_groups = len(client.get(f"/v1/ett?group_by=model&start={start}").json()["groups"])
     pg.drop_database(url)
     ett, met = spread(ett_ms, 1), spread(metrics_ms, 1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import random
 import sys
 import time
@@ -198,7 +199,13 @@ def main() -> None:
         result = asyncio.run(open_loop(args.url, args.token, weights, args.clients,
                                        args.rate, args.seconds, args.events, args.seed,
                                        args.fleet, args.rate_weight))
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    line = orjson.dumps(result)
+    path = os.environ.get("BENCH_RESULT_FILE")  # bench.common.run_json reads it there
+    if path:
+        with open(path, "wb") as fh:
+            fh.write(line)
+    else:
+        sys.stdout.write(line.decode() + "\n")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +18,8 @@ from fastapi.responses import Response
 from service.access.auth import Principal
 from service.access.callers import SpanWriter, writer_of
 from service.errors import BadRequest, Forbidden, PayloadTooLarge, Unavailable, Unprocessable
+from service.fair_queue import FairQueue
+from service.loop_lag import LoopLag
 from service.settings import Settings
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
@@ -49,6 +53,9 @@ class IngestLimits:
     max_in_flight_bytes: int
     max_in_flight_per_token: int
     body_deadline_s: float
+    # The fair queue across tokens: held while the loop is this late, at most this long.
+    fair_lag_s: float
+    fair_max_wait_s: float
     # The work budget of one OTLP request, counted before any span is mapped.
     max_spans: int
     max_attributes: int
@@ -68,6 +75,8 @@ class IngestLimits:
             max_in_flight_bytes=s.ingest_max_in_flight_bytes,
             max_in_flight_per_token=s.ingest_max_in_flight_per_token,
             body_deadline_s=s.ingest_body_deadline_s,
+            fair_lag_s=s.ingest_fair_lag_ms / 1000,
+            fair_max_wait_s=s.ingest_fair_max_wait_ms / 1000,
             max_spans=s.otlp_max_spans,
             max_attributes=s.otlp_max_attributes,
             work_processes=s.work_processes,
@@ -254,8 +263,20 @@ class Ingestion:
         self.in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
                                        limits.max_in_flight_per_token)
         self.claims = ClaimCache()
+        fair_lag_s = limits.fair_lag_s
+        self.fair = FairQueue(
+            lambda: fair_lag_s > 0 and self.loop_lag.lag_s >= fair_lag_s,
+            max_wait_s=limits.fair_max_wait_s, clock=time.monotonic)
+        self.loop_lag = LoopLag(on_tick=self.fair.tick)
         self.work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
                              preload=(__name__,))
+
+    async def turn(self, token: str) -> None:
+        """Wait for `token`'s turn at work (`service.fair_queue`)."""
+        self.loop_lag.follow(asyncio.get_running_loop())
+        turn = self.fair.enter(token)
+        if turn is not None:
+            await self.fair.wait(token, turn)
 
     async def stored(self, batch: ValidatedBatch, team: str | None
                      ) -> tuple[int, JobClaimsCheck]:
@@ -305,7 +326,9 @@ async def post_events(request: Request) -> Response:
     principal = await event_writer(request)
     flow = ingestion(request)
     limits = flow.limits
-    with flow.in_flight.admitted(principal.token_id or "") as charge:
+    token = principal.token_id or ""
+    with flow.in_flight.admitted(token) as charge:
+        await flow.turn(token)
         body = await read_body(request, limit=limits.max_body_bytes,
                                deadline_s=limits.body_deadline_s, charge=charge)
         if len(body) <= INLINE_MAX_BYTES:
@@ -342,7 +365,9 @@ async def post_events(request: Request) -> Response:
 async def post_traces(request: Request, principal: SpanWriter) -> Response:
     flow = ingestion(request)
     media = otlp.media_type_of(request.headers.get("content-type"))
-    with flow.in_flight.admitted(principal.token_id or "") as charge:
+    token = principal.token_id or ""
+    with flow.in_flight.admitted(token) as charge:
+        await flow.turn(token)
         body = await read_body(request, limit=flow.limits.max_body_bytes,
                                deadline_s=flow.limits.body_deadline_s,
                                media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)

@@ -56,6 +56,15 @@ class Settings(BaseSettings):
         default=1024, ge=1,
         description="concurrent POST /v1/events per token per process; more get 503",
     )
+    ingest_fair_lag_ms: float = Field(
+        default=10.0, ge=0,
+        description="while the event loop runs this late, a token holding more than its"
+                    " share of the ingest requests at work waits its turn (0: never)",
+    )
+    ingest_fair_max_wait_ms: float = Field(
+        default=1000.0, ge=0,
+        description="an ingest request waits at most this long for its token's turn",
+    )
     ingest_body_deadline_s: float = Field(
         default=30.0, gt=0, description="a request body must arrive within this; else 408",
     )

@@ -116,6 +116,8 @@ def results_state(engine) -> dict[str, list]:
                  " ORDER BY hour, model, team, component, phase, owner",
         "daily": "SELECT * FROM fleet_daily WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
                  " ORDER BY day, model, team, component, phase, owner",
+        "weekly": "SELECT * FROM fleet_weekly WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
+                  " ORDER BY week, model, team, component, phase, owner",
         "totals": "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0"
                   " ORDER BY model, team, component, owner",
         "impact": "SELECT * FROM job_impact ORDER BY job_id",
@@ -127,7 +129,7 @@ def results_state(engine) -> dict[str, list]:
 def wipe_results(engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE jobs, attempts, segments, rollup_hourly, fleet_hourly,"
-                          " fleet_daily, settled_totals"))
+                          " fleet_daily, fleet_weekly, settled_totals"))
 
 
 def demo_events(models: int = 6, hours: float = 30, seed: int = 3) -> list[dict]:

@@ -33,7 +33,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("service.access",),
     ("service.results",),
     ("service.wire",),
-    ("service.store", "service.settings", "service.errors", "service.taxonomy", "service"),
+    # The SLO model is a definition, like the taxonomy: answers (results.slo_burn) read it.
+    ("service.store", "service.settings", "service.errors", "service.taxonomy",
+     "service.slo.model", "service"),
     ("ett_core",),
 )
 FORBIDDEN_NAME_PARTS = ("more", "parts", "misc", "util", "wiring")

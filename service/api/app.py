@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service import __version__, ingest
 from service.access.auth import Authenticator, PreAuthMiddleware
@@ -78,7 +78,7 @@ async def ett_error(_request: Request, exc: EttError) -> JSONResponse:
 async def metrics_endpoint(request: Request, ctx: Context) -> Response:
     if ctx.settings.metrics_auth:
         await caller(request)
-    return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(ctx.registry.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 def openapi_schema(app: FastAPI) -> dict[str, Any]:

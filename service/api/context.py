@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
-from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client import disable_created_metrics
 from sqlalchemy import Engine
 
 from ett_core import Taxonomy
@@ -27,12 +27,13 @@ from service.console.routes import Console
 from service.console.session import Sessions
 from service.ingest import Ingestion, IngestLimits, utc_now
 from service.metrics.collector import AggregatorCollector, register_aggregator_metrics
+from service.metrics.exposition import ExportRegistry
 from service.settings import Settings
 from service.store.ingest_pool import IngestPool, pool_for
 from service.taxonomy import taxonomy_from
 from service.wire.span_mapping import load_mapping
 
-from .request_metrics import HttpMetrics
+from .request_metrics import HttpMetrics, watch_event_loop
 
 
 @dataclass
@@ -44,7 +45,7 @@ class AppContext:
     auth: Authenticator
     token_store: TokenStore
     taxonomy: Taxonomy
-    registry: CollectorRegistry
+    registry: ExportRegistry
     http_metrics: HttpMetrics
     ingestion: Ingestion
     console: Console
@@ -93,7 +94,7 @@ def build_context(
     auth = Authenticator(admin_token or s.admin_token_value(), token_store.lookup,
                          peek=token_store.peek)
     taxonomy = taxonomy_from(s)
-    registry = CollectorRegistry()
+    registry = ExportRegistry()
     http_metrics = HttpMetrics(registry)
     pool = pool_for(ingest_url or engine.url.render_as_string(hide_password=False), s)
     ingestion = Ingestion(
@@ -101,6 +102,7 @@ def build_context(
         on_outcome=lambda o: http_metrics.count_batch(o.accepted, o.duplicates,
                                                       len(o.rejected)),
         owner_of=taxonomy.team_of_model, span_mapping=load_mapping(s.otlp_mapping))
+    watch_event_loop(registry, lambda: ingestion.loop_lag.lag_s, lambda: ingestion.fair.held)
     aggregator = build_aggregator(s, engine, taxonomy) if with_aggregator else None
     collector = None
     if export_aggregates and aggregator is not None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -40,6 +43,26 @@ class HttpMetrics:
         if child is None:
             child = self._series[key] = self.requests.labels(method, route, str(status))
         child.observe(seconds)
+
+
+class _Waits(Collector):
+    def __init__(self, held: Callable[[], int]) -> None:
+        self._held = held
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "ett_ingest_fair_waits", "Ingest requests that waited for their token's turn"
+            " (the fair queue across tokens, while the event loop was behind).",
+            value=self._held())
+
+
+def watch_event_loop(registry: CollectorRegistry, lag_s: Callable[[], float],
+                     held: Callable[[], int]) -> None:
+    """The event loop's lateness and the fair queue's waits, read when scraped."""
+    Gauge("ett_event_loop_lag_seconds", "How late the event loop last ran a callback asked"
+          " for every 10 ms (the loop's own queueing delay).",
+          registry=registry).set_function(lag_s)
+    registry.register(_Waits(held))
 
 
 class MetricsMiddleware:

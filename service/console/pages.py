@@ -21,8 +21,8 @@ from service.errors import NotFound, Unprocessable
 from service.results.checkpoint_advice import checkpoint_advice, fleet_checkpoint_advice
 from service.results.jobs import job_timeline, model_jobs
 from service.results.series import ett_series
-from service.results.windows import ett_window, models_overview, team_bill
-from service.slo.burn import team_burns
+from service.results.slo_burn import team_burns
+from service.results.windows import ett_windows, models_overview, team_bill
 from service.slo.load import load_slo_spec
 
 from .impact import impact_figures
@@ -69,9 +69,10 @@ def _series(engine: Engine, start: datetime, end: datetime, step: str,
 
 def fleet(req: PageRequest) -> dict[str, Any]:
     name, start, end, step = _window(req)
-    total = ett_window(req.engine, start, end, "none", None, None)["groups"][0]
-    teams = ett_window(req.engine, start, end, "team", None, None)["groups"]
-    owners = ett_window(req.engine, start, end, "owner", None, None)["groups"]
+    answers = ett_windows(req.engine, start, end, ("none", "team", "owner"), None, None)
+    total = answers["none"]["groups"][0]
+    teams = answers["team"]["groups"]
+    owners = answers["owner"]["groups"]
     for owner in owners:
         owner["lost_gpu_seconds"] = owner["held_gpu_seconds"] - owner["effective_gpu_seconds"]
     owners.sort(key=lambda g: -g["lost_gpu_seconds"])
@@ -83,8 +84,7 @@ def fleet(req: PageRequest) -> dict[str, Any]:
 def team(req: PageRequest) -> dict[str, Any]:
     name, start, end, step = _window(req)
     team_name = req.path["team"]
-    models = [m for m in models_overview(req.engine, req.now)["models"]
-              if m["team"] == team_name]
+    models = models_overview(req.engine, req.now, team_name)["models"]
     bill = team_bill(req.engine, team_name, start, end)
     slos: list[dict[str, Any]] = []
     slo_note = None
@@ -96,7 +96,8 @@ def team(req: PageRequest) -> dict[str, Any]:
     if not models and not bill["by_phase"] and not slos:
         raise NotFound(f"team {team_name!r} has no models, owns no lost time in this window"
                        " and owns no SLO")
-    totals = ett_window(req.engine, start, end, "none", None, team_name)["groups"][0]
+    totals = ett_windows(req.engine, start, end, ("none",), None, team_name,
+                         notes=False)["none"]["groups"][0]
     return {"team": team_name, "window": name, "windows": list(WINDOWS), "start": start,
             "end": end, "models": models, "bill": bill, "slos": slos, "slo_note": slo_note,
             "total": totals, "series": _series(req.engine, start, end, step, team=team_name)}
@@ -108,7 +109,8 @@ def model(req: PageRequest) -> dict[str, Any]:
     recent, level1 = model_jobs(req.engine, model_name, start)
     if not recent:
         raise NotFound(f"model {model_name!r} has no jobs")
-    total = ett_window(req.engine, start, end, "none", model_name, None)["groups"][0]
+    total = ett_windows(req.engine, start, end, ("none",), model_name, None,
+                        notes=False)["none"]["groups"][0]
     return {"model": model_name, "team": recent[0]["team"], "window": name,
             "windows": list(WINDOWS), "start": start, "end": end, "total": total,
             "level1": level1, "jobs": recent,

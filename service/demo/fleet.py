@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -121,9 +121,14 @@ class _Emitter:
 class ModelSimulator:
     """Generates one model's jobs, back to back, from `start` on."""
 
-    def __init__(self, model: DemoModel, spec: FleetSpec, start: float) -> None:
+    def __init__(self, model: DemoModel, spec: FleetSpec, start: float,
+                 lifted: Callable[[], bool] = lambda: False) -> None:
         self.model = model
         self.spec = spec
+        # Once true, jobs generated from then on run without the regressions (a fix rolled
+        # out: jobs already running keep what they started with).
+        self.lifted = lifted
+        self.lifted_for_this_job = False
         self.t = start
         self.job_no = 0
         self.rng = random.Random(f"{spec.seed}:{model.name}")
@@ -131,6 +136,8 @@ class ModelSimulator:
 
     def _factor(self, component: str) -> float:
         f = 1.0
+        if self.lifted_for_this_job:
+            return f
         for r in self.spec.regressions:
             if r.component == component and (r.team is None or r.team == self.model.team):
                 f *= r.factor
@@ -147,6 +154,7 @@ class ModelSimulator:
     def next_job(self) -> list[tuple[float, dict[str, Any]]]:
         """All events of the next job, in time order; advances the model's clock."""
         self.job_no += 1
+        self.lifted_for_this_job = self.lifted()
         # The seed is part of the id: two fleets with other seeds never share a job.
         job = f"{self.model.name}-s{self.spec.seed}-w{self.job_no:05d}"
         scale = self.spec.time_scale
@@ -243,9 +251,12 @@ class ModelSimulator:
         return t, done, False
 
 
-def fleet_events(spec: FleetSpec, start: datetime) -> Iterator[tuple[float, dict[str, Any]]]:
-    """Every model's events merged in time order, forever (callers stop at `now`)."""
-    sims = [ModelSimulator(m, spec, start.timestamp() + i * 37.0 / spec.time_scale)
+def fleet_events(spec: FleetSpec, start: datetime,
+                 lifted: Callable[[], bool] = lambda: False,
+                 ) -> Iterator[tuple[float, dict[str, Any]]]:
+    """Every model's events merged in time order, forever (callers stop at `now`); jobs
+    generated once `lifted()` is true have no regressions."""
+    sims = [ModelSimulator(m, spec, start.timestamp() + i * 37.0 / spec.time_scale, lifted)
             for i, m in enumerate(fleet_models(spec))]
     heap: list[tuple[float, int, int, list[tuple[float, dict[str, Any]]]]] = []
     for i, sim in enumerate(sims):

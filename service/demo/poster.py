@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import httpx
@@ -28,6 +28,8 @@ class DemoOptions:
     time_scale: float = 1.0
     failure_rate_per_hour: float | None = None
     progress: bool = False
+    # Set while live: jobs started from then on run without `regressions`.
+    lift_regressions: threading.Event | None = field(default=None, compare=False)
 
 
 class Poster:
@@ -78,7 +80,8 @@ def run_demo(base_url: str, token: str, opts: DemoOptions,
     start = now
     if opts.days > 0:
         start = start_of_backfill(now, opts.days).replace(minute=0, second=0, microsecond=0)
-    stream = fleet_events(spec, start)
+    lift = opts.lift_regressions
+    stream = fleet_events(spec, start, lifted=lift.is_set if lift is not None else lambda: False)
     poster = Poster(base_url, token)
     bar = None
     if opts.progress:

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -27,6 +27,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
+from ett_core.instants import us_to_seconds
 from service.aggregate import Aggregator, PassReport
 from service.results.snapshot import (
     LEVEL1_BUCKETS,
@@ -39,6 +40,7 @@ from service.results.snapshot import (
 from service.settings import default
 from service.store import state
 
+from .exposition import Families
 from .folding import fold_models, fold_teams, kept_models, kept_teams
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,10 @@ class AggregatorCollector(Collector):
         self.stalled = MonotonicCounters()
         self.scheduler = MonotonicCounters()  # ("queue"|"uninstrumented", model, team)
         self._restored = False
+        # Bumped whenever what the families show changes; `rendered()` keeps their text
+        # for one (generation, leadership, last pass).
+        self._generation = 0
+        self._text: tuple[tuple[object, ...], bytes] | None = None
 
     # -- refresh (called by the aggregator after each pass) --------------------------------
 
@@ -124,6 +130,8 @@ class AggregatorCollector(Collector):
                 self._leader_conn.invalidate()  # dropping the session releases it too
             self._leader_conn = None
         self.is_leader = False
+        with self._lock:
+            self._generation += 1
 
     def _restore(self) -> None:
         with self.engine.connect() as conn:
@@ -153,12 +161,13 @@ class AggregatorCollector(Collector):
         if not self._ensure_leader():
             with self._lock:
                 self._snapshot = None
+                self._generation += 1
             return
         if not self._restored:
             self._restore()
         with self.engine.connect() as conn:
             snap = build_snapshot(conn, now or datetime.now(UTC),
-                                  self.aggregator.heartbeat_timeout_us / 1e6)
+                                  us_to_seconds(self.aggregator.heartbeat_timeout_us))
             order = first_seen(conn)
         teams = kept_teams(order, {k[1] for k in snap.settled_gpu_seconds}
                            | {k[1] for k in snap.jobs_running}, self.max_teams)
@@ -185,6 +194,7 @@ class AggregatorCollector(Collector):
                 {("queue", *k): v for k, v in snap.queue_seconds.items()}
                 | {("uninstrumented", *k): v for k, v in snap.uninstrumented_gpu_seconds.items()})
             self._snapshot = snap
+            self._generation += 1
         self._persist()
 
     # -- collection (scrapes) ----------------------------------------------------------------
@@ -195,6 +205,17 @@ class AggregatorCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             yield from self._families(self._snapshot)
+
+    def rendered(self) -> bytes:
+        """`collect()` as exposition text, rendered again only when it changed: after a
+        refresh, a change of leadership or a new pass (its time, lag and quarantine)."""
+        agg = self.aggregator
+        with self._lock:
+            key = (self._generation, self.is_leader, agg.last_success_at, agg.last_report)
+            if self._text is None or self._text[0] != key:
+                snap = self._snapshot
+                self._text = (key, generate_latest(Families(lambda: self._families(snap))))
+            return self._text[1]
 
     def _families(self, snap: Snapshot | None) -> Iterator[Metric]:
         agg = self.aggregator

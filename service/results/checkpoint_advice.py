@@ -15,22 +15,22 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ett_core.checkpoint_advice import Observations, advise
+from ett_core.instants import us_to_seconds
 from service.store import queries as q
-
-_US = 1e6
 
 
 def _observations(row: Any, days: float) -> Observations:
     return Observations(
         window_days=days,
-        held_seconds=float(row.held_us) / _US,
-        held_gpu_hours=float(row.held_gpu_us) / _US / 3600,
+        held_seconds=us_to_seconds(float(row.held_us)),
+        held_gpu_hours=us_to_seconds(float(row.held_gpu_us)) / 3600,
         interruptions=int(row.interruptions),
-        blocking_save_seconds=float(row.blocking_save_us) / _US,
+        blocking_save_seconds=us_to_seconds(float(row.blocking_save_us)),
         durable_checkpoints=int(row.durable_checkpoints),
-        ttr_seconds=float(row.ttr_us) / _US,
-        lost_progress_seconds=float(row.lost_us) / _US,
-        observed_interval_seconds=None if row.median_us is None else float(row.median_us) / _US,
+        ttr_seconds=us_to_seconds(float(row.ttr_us)),
+        lost_progress_seconds=us_to_seconds(float(row.lost_us)),
+        observed_interval_seconds=(None if row.median_us is None
+                                   else us_to_seconds(float(row.median_us))),
     )
 
 

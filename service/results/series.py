@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from ett_core.instants import us_to_seconds
 from ett_core.taxonomy import COMPONENTS
 from service.store import queries as q
 
@@ -43,7 +44,8 @@ def ett_series(engine: Engine, start: datetime, end: datetime, step: str,
         held = sum(steps[at].values())
         ett.append(steps[at]["effective_training"] / held if held else None)
     return {"x": [int(at.timestamp()) for at in xs], "ett": ett,
-            "components": {c: [steps[at][c] / 1e6 / HOUR_S for at in xs] for c in COMPONENTS},
+            "components": {c: [us_to_seconds(steps[at][c]) / HOUR_S for at in xs]
+                           for c in COMPONENTS},
             "start": int(start.timestamp()), "end": int(end.timestamp()),
             "partial_from": int(current.timestamp()) if current < end else None,
             "step": step, "empty": not rows}

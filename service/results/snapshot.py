@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from ett_core.instants import us_to_seconds
 from ett_core.taxonomy import CAUSES, STALLED
 from service.store import queries as q
 
@@ -87,7 +88,7 @@ def build_snapshot(conn: Connection, now: datetime, silent_after_s: float) -> Sn
     for model, team, silent in q.silent_jobs(conn, now - timedelta(seconds=silent_after_s)):
         snap.telemetry_silent_jobs[(model, team)] = silent
     for model, team, component, owner, gpu_us in q.settled_totals(conn):
-        snap.settled_gpu_seconds[(model, team, component, owner)] = gpu_us / 1e6
+        snap.settled_gpu_seconds[(model, team, component, owner)] = us_to_seconds(gpu_us)
     for model, team, running, at_risk, unknown in q.job_counts(conn):
         snap.jobs_running[(model, team)] = running
         snap.at_risk_gpu_seconds[(model, team)] = at_risk
@@ -108,7 +109,8 @@ def build_snapshot(conn: Connection, now: datetime, silent_after_s: float) -> Sn
             _zero(snap.ttr_buckets, snap.ttr_sum, (team, cause))
     # Every (model, team) with a running job has a stalled count, 0 when none is stalled.
     snap.stalled_jobs = {key: 0 for key in snap.jobs_running} | q.stalled_jobs(conn)
-    snap.stalled_gpu_seconds = {k: v / 1e6 for k, v in q.stalled_gpu_us(conn, STALLED).items()}
+    stalled = q.stalled_gpu_us(conn, STALLED)
+    snap.stalled_gpu_seconds = {k: us_to_seconds(v) for k, v in stalled.items()}
     for name, width in RATIO_WINDOWS.items():
         rows = q.window_rows(conn, now - width, now, ["model", "team"])
         levels: dict[str, dict[Key, list[int]]] = {

@@ -7,11 +7,13 @@ dicts: the read API returns them, the CLI prints them, the console draws them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
 
+from ett_core.instants import us_to_seconds
 from ett_core.taxonomy import COMPONENTS, UNREPORTED
 from service.errors import Unprocessable
 from service.store import queries as q
@@ -78,13 +80,13 @@ def group_to_wire(key: Any, g: dict[str, Any] | None,
     unreported = g.get("unreported", 0)
     return {
         "key": key,
-        "held_gpu_seconds": held / 1e6,
-        "effective_gpu_seconds": effective / 1e6,
-        "at_risk_gpu_seconds": g["at_risk"] / 1e6,
+        "held_gpu_seconds": us_to_seconds(held),
+        "effective_gpu_seconds": us_to_seconds(effective),
+        "at_risk_gpu_seconds": us_to_seconds(g["at_risk"]),
         "ett_ratio": effective / held if held else None,
-        "components": {c: v / 1e6 for c, v in g["components"].items()},
+        "components": {c: us_to_seconds(v) for c, v in g["components"].items()},
         # The scheduler's word (docs/model.md section 25): beside ETT, never inside it.
-        "unreported_gpu_seconds": unreported / 1e6,
+        "unreported_gpu_seconds": us_to_seconds(unreported),
         "unreported_ratio": unreported / held if held else None,
         "queue_seconds": queue_seconds,
     }
@@ -92,31 +94,54 @@ def group_to_wire(key: Any, g: dict[str, Any] | None,
 
 def ett_window(engine: Engine, start: datetime, end: datetime, group_by: str,
                model: str | None, team: str | None) -> dict[str, Any]:
-    key = None if group_by == "none" else group_by
+    return ett_windows(engine, start, end, (group_by,), model, team)[group_by]
+
+
+def ett_windows(engine: Engine, start: datetime, end: datetime, group_bys: Sequence[str],
+                model: str | None, team: str | None, *, notes: bool = True
+                ) -> dict[str, dict[str, Any]]:
+    """`ett_window` for each of `group_bys`, from one read of the rollups grouped by all
+    their keys at once (a page showing the fleet by team and by owner reads the window
+    once, not once per grouping; integer sums regroup exactly). Without `notes`, an empty
+    answer says nothing of why (what a page that shows only the figures skips reading:
+    the note of a team that runs no models reads the owners of the whole horizon)."""
+    keys = [g for g in dict.fromkeys(group_bys) if g != "none"]
+    filters = {"model": model, "team": team}
+    answers: dict[str, dict[str, Any]] = {}
     with engine.connect() as conn:
-        rows = q.window_rows(conn, start, end, [key, "phase"] if key else ["phase"],
-                             {"model": model, "team": team})
-        groups = summarise(rows, key)
-        queue = (q.queue_window(conn, start, end, key, {"model": model, "team": team})
-                 if key in (None, "model", "team") else {})
-        note = None if any(g["held"] for g in groups.values()) else ett_note(conn, model, team,
-                                                                           start, end)
-    if key is None:
-        out = [group_to_wire(None, groups.get(None), queue.get(None, 0.0))]
-    else:
-        out = [group_to_wire(k, groups[k], queue.get(k, 0.0)) for k in sorted(groups)]
-    answer = {"start": start.isoformat(), "end": end.isoformat(), "group_by": group_by,
-              "groups": out}
-    return answer if note is None else {**answer, "note": note}
+        rows = q.window_rows(conn, start, end, [*keys, "phase"], filters)
+        said: list[str | None] = []  # what an empty window says, read once if needed
+        for group_by in dict.fromkeys(group_bys):
+            key = None if group_by == "none" else group_by
+            groups = summarise(rows, key)
+            note = None
+            if notes and not any(g["held"] for g in groups.values()):
+                if not said:
+                    said.append(ett_note(conn, model, team, start, end))
+                note = said[0]
+            queue = (q.queue_window(conn, start, end, key, filters)
+                     if key in (None, "model", "team") else {})
+            if key is None:
+                out = [group_to_wire(None, groups.get(None), queue.get(None, 0.0))]
+            else:
+                out = [group_to_wire(k, groups[k], queue.get(k, 0.0)) for k in sorted(groups)]
+            answer = {"start": start.isoformat(), "end": end.isoformat(),
+                      "group_by": group_by, "groups": out}
+            answers[group_by] = answer if note is None else {**answer, "note": note}
+    return answers
 
 
-def models_overview(engine: Engine, now: datetime) -> dict[str, Any]:
+def models_overview(engine: Engine, now: datetime, team: str | None = None) -> dict[str, Any]:
+    """Every model (only `team`'s models if given: the same rows, each still summing the
+    model's time under every team, read for those models alone)."""
     day, week = now - timedelta(days=1), now - timedelta(days=7)
     with engine.connect() as conn:
-        pairs = q.models_and_teams(conn)
-        by_day = summarise(q.window_rows(conn, day, now, ["model"]), "model")
-        by_week = summarise(q.window_rows(conn, week, now, ["model", "phase"]), "model")
-        queue_week = q.queue_window(conn, week, now, "model")
+        pairs = q.models_and_teams(conn, team)
+        filters: q.Filters = {} if team is None else {"model": sorted({m for m, _ in pairs})}
+        by_day = summarise(q.window_rows(conn, day, now, ["model"], filters), "model")
+        by_week = summarise(q.window_rows(conn, week, now, ["model", "phase"], filters),
+                            "model")
+        queue_week = q.queue_window(conn, week, now, "model", filters)
     models: list[dict[str, Any]] = []
     for model, team in pairs:
         d = group_to_wire(model, by_day.get(model))

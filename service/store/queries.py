@@ -1,5 +1,6 @@
-"""SQL for reads. Windows are exactly [start, end): whole days come from the daily
-fleet rollup, the whole hours around them from the hourly one, and the partial hours at
+"""SQL for reads. Windows are exactly [start, end): whole weeks (UTC, from Monday) come
+from the weekly fleet rollup, the whole days around them from the daily one, the whole
+hours around those from the hourly one, and the partial hours at
 either edge from the hour-clipped segments, clipped again to the window, so no window is
 ever widened or shrunk to the data inside it. Also: one job, the console's charts and job
 pages, the checkpoint advice sums and the figures /metrics exports. Never commits."""
@@ -16,6 +17,7 @@ GROUP_COLUMNS = ("model", "team", "component", "phase", "owner")
 FILTER_COLUMNS = ("model", "team", "owner")
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
+WEEK = timedelta(days=7)
 
 
 def floor_hour(ts: datetime) -> datetime:
@@ -36,12 +38,30 @@ def ceil_day(ts: datetime) -> datetime:
     return floor if floor == ts else floor + DAY
 
 
-def _where(filters: dict[str, str | None], exclude_components: Sequence[str]) -> tuple[str, dict]:
+def floor_week(ts: datetime) -> datetime:
+    """Monday 00:00 UTC of the week holding `ts` (the weeks of `fleet_weekly`)."""
+    day = floor_day(ts)
+    return day - timedelta(days=day.weekday())
+
+
+def ceil_week(ts: datetime) -> datetime:
+    floor = floor_week(ts)
+    return floor if floor == ts else floor + WEEK
+
+
+# A filter is one value, or a list of values any of which matches.
+Filters = dict[str, str | list[str] | None]
+
+
+def _where(filters: Filters, exclude_components: Sequence[str]) -> tuple[str, dict]:
     clauses, params = [], {}
     for column, value in filters.items():
         if column not in FILTER_COLUMNS:
             raise ValueError(f"cannot filter on {column}")
-        if value is not None:
+        if isinstance(value, list):
+            clauses.append(f"{column} = ANY(:f_{column})")
+            params[f"f_{column}"] = value
+        elif value is not None:
             clauses.append(f"{column} = :f_{column}")
             params[f"f_{column}"] = value
     if exclude_components:
@@ -55,7 +75,7 @@ def window_rows(
     start: datetime,
     end: datetime,
     keys: Sequence[str],
-    filters: dict[str, str | None] | None = None,
+    filters: Filters | None = None,
     exclude_components: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """GPU-microseconds in [start, end) grouped by `keys` (+ component), settled apart."""
@@ -77,8 +97,18 @@ def window_rows(
     parts: list[str] = []
     hour_ranges: list[tuple[datetime, datetime]] = []
     if ds < de:
-        params.update(ds=ds, de=de)
-        parts.append(rollup_sum("fleet_daily", "day >= :ds AND day < :de"))
+        ws, we = ceil_week(ds), floor_week(de)
+        day_ranges = [(ds, ws), (we, de)] if ws < we else [(ds, de)]
+        if ws < we:
+            params.update(ws=ws, we=we)
+            parts.append(rollup_sum("fleet_weekly", "week >= :ws AND week < :we"))
+        day_ranges = [(a, b) for a, b in day_ranges if a < b]
+        if day_ranges:
+            ranges = []
+            for i, (a, b) in enumerate(day_ranges):
+                params.update({f"d{i}a": a, f"d{i}b": b})
+                ranges.append(f"(day >= :d{i}a AND day < :d{i}b)")
+            parts.append(rollup_sum("fleet_daily", " OR ".join(ranges)))
         hour_ranges = [(hs, ds), (de, he)]
     elif hs < he:
         hour_ranges = [(hs, he)]
@@ -105,9 +135,12 @@ def window_rows(
         return []
     sql = (f"SELECT {select_cols}, sum(settled) AS settled, sum(unsettled)"
            f" AS unsettled FROM ({' UNION ALL '.join(parts)}) AS w GROUP BY {select_cols}")
-    # NUMERIC sums (a model-day outgrows a bigint) back as exact Python integers.
-    return [{**row._mapping, "settled": int(row.settled), "unsettled": int(row.unsettled)}
-            for row in conn.execute(text(sql), params)]
+    # NUMERIC sums (a model-day outgrows a bigint) back as exact Python integers; rows
+    # fetched at once and built from tuples (a 28-day window by model is ~10,000 rows).
+    n = len(cols)
+    return [{**dict(zip(cols, row[:n], strict=True)), "settled": int(row[n]),
+             "unsettled": int(row[n + 1])}
+            for row in conn.execute(text(sql), params).all()]
 
 
 def job_result(conn: Connection, job_id: str) -> dict[str, Any] | None:
@@ -121,8 +154,13 @@ def job_has_events(conn: Connection, job_id: str) -> bool:
     ).scalar_one()
 
 
-def models_and_teams(conn: Connection) -> list[tuple[str, str]]:
-    rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
+def models_and_teams(conn: Connection, team: str | None = None) -> list[tuple[str, str]]:
+    """Every (model, team) of a job; only `team`'s if given (on its index)."""
+    if team is None:
+        rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
+    else:
+        rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs WHERE team = :t"
+                                 " ORDER BY model, team"), {"t": team})
     return [(r[0], r[1]) for r in rows]
 
 
@@ -143,7 +181,7 @@ def stalled_jobs(conn: Connection) -> dict[tuple[str, str], int]:
 def stalled_gpu_us(conn: Connection, phase: str) -> dict[tuple[str, str], int]:
     """Settled GPU-microseconds of the derived phase `phase`, by (model, team), all time."""
     rows = conn.execute(text(
-        "SELECT model, team, sum(settled_gpu_us)::bigint FROM fleet_daily"
+        "SELECT model, team, sum(settled_gpu_us)::bigint FROM fleet_weekly"
         " WHERE phase = :phase GROUP BY model, team"), {"phase": phase})
     return {(model, team): int(gpu_us) for model, team, gpu_us in rows}
 
@@ -185,7 +223,7 @@ def silent_jobs(conn: Connection, cutoff: datetime) -> list[tuple[str, str, int]
 
 
 def queue_window(conn: Connection, start: datetime, end: datetime, key: str | None,
-                 filters: dict[str, str | None] | None = None) -> dict[Any, float]:
+                 filters: Filters | None = None) -> dict[Any, float]:
     """Queue seconds of the attempts allocated in [start, end), per `key` (model or team;
     None: one total). Queue time is not held time: it has no hourly rollup of its own and
     is read from the job documents (docs/model.md section 25)."""
@@ -194,14 +232,20 @@ def queue_window(conn: Connection, start: datetime, end: datetime, key: str | No
     clauses, params = "", {}
     for column in ("model", "team"):
         value = (filters or {}).get(column)
-        if value is not None:
+        if isinstance(value, list):
+            clauses += f" AND j.{column} = ANY(:f_{column})"
+            params[f"f_{column}"] = value
+        elif value is not None:
             clauses += f" AND j.{column} = :f_{column}"
             params[f"f_{column}"] = value
     select = f"j.{key}" if key else "NULL"
+    # A job's queue seconds are its attempts' (none negative): only the jobs with some, on
+    # their partial index (ix_jobs_queued_last_at), have attempts to unpack.
     rows = conn.execute(text(
         f"SELECT {select} AS k, sum((a->>'queue_seconds')::float8)"
         " FROM jobs j, jsonb_array_elements(j.result->'attempts') a"
-        " WHERE j.last_at >= :start AND j.first_at < :end"
+        " WHERE (j.result ->> 'queue_seconds')::float8 > 0"
+        " AND j.last_at >= :start AND j.first_at < :end"
         " AND (a->>'allocated_at')::timestamptz >= :start"
         " AND (a->>'allocated_at')::timestamptz < :end"
         f" AND (a->>'queue_seconds')::float8 > 0{clauses}"

@@ -388,22 +388,33 @@ _LABELS = {"model": "text", "team": "text", "component": "text", "phase": "text"
            "owner": "text"}
 _GPU_US = ("settled_gpu_us", "unsettled_gpu_us")
 DAY_US = 24 * HOUR_US
+WEEK_US = 7 * DAY_US
+# The Unix epoch was a Thursday: weeks start on Mondays, 3 days before it.
+_MONDAY_US = 3 * DAY_US
+
+
+def week_start_us(at_us: int) -> int:
+    """Monday 00:00 UTC of the week holding `at_us` (what date_trunc('week') gives)."""
+    return at_us - (at_us + _MONDAY_US) % WEEK_US
 
 
 def apply_deltas(conn: Connection, deltas: Deltas) -> None:
     """Add the net deltas of the replaced jobs to the shared rollups."""
     hourly: list[tuple[Any, ...]] = []
     daily: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
+    weekly: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
     for (hour, *labels), (settled, unsettled) in deltas.fleet.items():
         if settled or unsettled:
             hourly.append((us_to_dt(hour), *labels, settled, unsettled))
-            cell = daily[(hour - hour % DAY_US, *labels)]
-            cell[0] += settled
-            cell[1] += unsettled
+            for cell in (daily[(hour - hour % DAY_US, *labels)],
+                         weekly[(week_start_us(hour), *labels)]):
+                cell[0] += settled
+                cell[1] += unsettled
     _bulk_add(conn, "fleet_hourly", {"hour": "timestamptz", **_LABELS}, _GPU_US, hourly)
-    _bulk_add(conn, "fleet_daily", {"day": "timestamptz", **_LABELS}, _GPU_US,
-              [(us_to_dt(day), *labels, s, u) for (day, *labels), (s, u) in daily.items()
-               if s or u])
+    for table, column, cells in (("fleet_daily", "day", daily), ("fleet_weekly", "week", weekly)):
+        _bulk_add(conn, table, {column: "timestamptz", **_LABELS}, _GPU_US,
+                  [(us_to_dt(at), *labels, s, u) for (at, *labels), (s, u) in cells.items()
+                   if s or u])
     totals = [(*k, v) for k, v in deltas.totals.items() if v]
     _bulk_add(conn, "settled_totals",
               {"model": "text", "team": "text", "component": "text", "owner": "text"},

@@ -98,6 +98,9 @@ jobs = Table(
     Index("ix_jobs_model_last_at", "model", "last_at"),
     Index("ix_jobs_team_last_at", "team", "last_at"),
     Index("ix_jobs_open", "open", postgresql_where=text("open")),
+    # The jobs with queue time (scheduler-reported attempts): what a window's queue reads.
+    Index("ix_jobs_queued_last_at", "last_at",
+          postgresql_where=text("(result ->> 'queue_seconds')::float8 > 0")),
 )
 
 attempts = Table(
@@ -179,6 +182,16 @@ fleet_daily = Table(
     *_rollup_columns(Numeric(30, 0)),
     PrimaryKeyConstraint("day", "model", "team", "component", "phase", "owner"),
     Index("ix_fleet_daily_model_day", "model", "day"),
+)
+
+# And by week (UTC, from Monday 00:00): a 28-day window reads three or four weeks here and
+# only its ragged days from fleet_daily (a third of the rows of days alone).
+fleet_weekly = Table(
+    "fleet_weekly",
+    metadata,
+    Column("week", TS, nullable=False),
+    *_rollup_columns(Numeric(30, 0)),
+    PrimaryKeyConstraint("week", "model", "team", "component", "phase", "owner"),
 )
 
 # All-time settled GPU-microseconds per label set: the source of the exported counters.

@@ -1,7 +1,7 @@
 """Validate an ingest batch into storable rows: the hot part of POST /v1/events.
 
 `wire.validate_event` is the contract: it decides every event and words every error. At
-1000-event batches it cost ~4.8 us per event (a datetime and a WireEvent each) and the JSON
+1000-event batches it cost ~4.8 us per event (a datetime and an event object each) and the JSON
 for the insert another ~1 us, most of the ingest process's CPU (docs/performance.md). So
 each event first tries `_plain_row`, which accepts only what `validate_event` certainly
 accepts with the same normal form (a canonical UUID, a UTC timestamp PostgreSQL reads the
@@ -32,7 +32,6 @@ from .event import (
     NAME_RE,
     RESERVED_PHASES,
     WireError,
-    WireEvent,
     attrs_json,
     is_scheduler_event,
     validate_event,
@@ -81,14 +80,6 @@ class ValidatedBatch:
     forbidden: list[str]
     # The index in the posted batch of each row (for rejections found while storing).
     indices: list[int]
-
-
-def row_of(event: WireEvent) -> EventRow:
-    return EventRow(
-        event_id=event.event_id, ts=event.ts.isoformat(), job_id=event.job_id,
-        attempt=event.attempt, model=event.model, type=event.type, phase=event.phase,
-        gpus=event.gpus, team=event.team, rank=event.rank, attrs=event.attrs_text,
-        extra=event.extra_text)
 
 
 def _plain_row(obj: Any, lo: datetime, hi: datetime, names: set[str]) -> EventRow | None:
@@ -166,12 +157,12 @@ def validate_batch(
     max_age_s: float, owner_of: Callable[[str], str | None] = lambda _model: None,
     window: bool = False,
 ) -> ValidatedBatch:
-    """Split a batch into rows to store (first copy of each id in its job) and rejections."""
+    """Split a batch into rows to store (every event but identical copies) and rejections."""
     rows: list[EventRow] = []
     jobs: set[str] = set()
     rejected: list[dict[str, Any]] = []
     forbidden: list[str] = []
-    seen: set[tuple[str, str, datetime]] = set()
+    seen: set[tuple[object, ...]] = set()
     indices: list[int] = []
     names: set[str] = set()
     scope: dict[tuple[str, str | None, bool], str | None] = {}
@@ -184,14 +175,13 @@ def validate_batch(
             row = _fast_row(obj, lo, hi, names)
         if row is None:
             try:
-                event = validate_event(obj, now=now, max_future_s=max_future_s,
-                                       max_age_s=max_age_s, window=window)
+                row = validate_event(obj, now=now, max_future_s=max_future_s,
+                                     max_age_s=max_age_s, window=window)
             except WireError as exc:
                 rejected.append({"index": index, "error": every_error(
                     obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s,
                     window=window)})
                 continue
-            row = row_of(event)
         if row.team is None and principal.default_team is not None:
             filled = default_team_of(principal, None, owner_of(row.model))
             if filled is not None:
@@ -209,11 +199,12 @@ def validate_batch(
         # content is another event, which the store keeps under an id derived from its row.
         # The instant, not its text: the fast path keeps the text as sent, and two
         # spellings of one instant are one key to the store.
-        identity = (*row._replace(ts=""), datetime.fromisoformat(row.ts))
-        if identity in seen:
-            duplicates += 1
-            continue
-        seen.add(identity)
+        if len(raw) > 1:  # one event cannot repeat itself (the fleet's usual batch)
+            identity = (*row._replace(ts=""), datetime.fromisoformat(row.ts))
+            if identity in seen:
+                duplicates += 1
+                continue
+            seen.add(identity)
         rows.append(row)
         indices.append(index)
         jobs.add(row.job_id)

@@ -24,6 +24,7 @@ from starlette.requests import Request
 
 from service.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 
+_BODY_HEADERS = (b"content-type", b"content-encoding", b"content-length")
 ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
              "deflate": zlib.MAX_WBITS}
 
@@ -56,9 +57,14 @@ async def read_body(request: Request, *, limit: int, deadline_s: float,
     `charge(n)` is called with each chunk's size as it arrives (an in-flight byte budget);
     the buffer grows in place, never joined into a second copy.
     """
-    check_media_type(request.headers.get("content-type"), media_types)
-    inflate = _decompressor(request.headers.get("content-encoding"))
-    declared = request.headers.get("content-length")
+    # One pass over the raw headers: each `request.headers.get` scans them all again.
+    wanted: dict[bytes, str | None] = dict.fromkeys(_BODY_HEADERS)
+    for name, value in request.scope["headers"]:
+        if name in wanted and wanted[name] is None:  # the first one, as Headers.get
+            wanted[name] = value.decode("latin-1")
+    check_media_type(wanted[b"content-type"], media_types)
+    inflate = _decompressor(wanted[b"content-encoding"])
+    declared = wanted[b"content-length"]
     if declared is not None:
         try:
             declared_n = int(declared)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +16,7 @@ import orjson
 from ett_core import events as vocabulary
 from ett_core.events import FAILURE_CAUSES, RELEASE_REASONS
 from ett_core.taxonomy import RESERVED_PHASES  # re-exported for the fast path
+from service.store.copy_text import EventRow
 from service.wire.labels import LabelError, check_labels
 
 EVENT_TYPES = frozenset(vocabulary.EVENT_TYPES)
@@ -66,26 +66,6 @@ _LOCAL_RE = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(?:\.\d{1,9})?")
 
 class WireError(ValueError):
     """One event broke the contract; the message names the field."""
-
-
-@dataclass(frozen=True, slots=True)
-class WireEvent:
-    """An event that passed validation, normalised for storage."""
-
-    event_id: str
-    ts: datetime
-    job_id: str
-    attempt: int
-    model: str
-    type: str
-    phase: str | None
-    gpus: int | None
-    team: str | None
-    rank: int | None
-    # `attrs` and the unknown fields as the JSON text that is stored (serialised once,
-    # while checking their size).
-    attrs_text: str | None
-    extra_text: str | None
 
 
 def parse_rfc3339(value: Any, field: str) -> datetime:
@@ -267,7 +247,7 @@ def age_error(ts: Any, max_age_s: float, window: bool) -> str:
 
 
 def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: float,
-                   window: bool = False) -> WireEvent:
+                   window: bool = False) -> EventRow:
     """Return the normalised event or raise WireError naming the offending field."""
     if not isinstance(obj, dict):
         raise WireError("event: must be a JSON object")
@@ -339,7 +319,7 @@ def validate_event(obj: Any, *, now: datetime, max_future_s: float, max_age_s: f
         if b"\\u0000" in dumped and _has_nul(extra):
             raise WireError(f"unknown fields: {_NUL_ERROR}")
         extra_text = dumped.decode()
-    return WireEvent(
-        event_id, ts, job_id, attempt, model, etype, phase, gpus, team, rank, attrs_text,
-        extra_text,
+    return EventRow(
+        event_id, ts.isoformat(), job_id, attempt, model, etype, phase, gpus, team, rank,
+        attrs_text, extra_text,
     )

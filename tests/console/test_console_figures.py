@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from service.console.timeline import LABEL_W, WIDTH, layout
 from service.results.jobs import level1
-from service.slo.burn import team_burns
+from service.results.slo_burn import team_burns
 from service.slo.model import Slo, SloSpec, Tier
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)

@@ -100,7 +100,8 @@ def test_random_valid_batches_from_many_writers_never_make_a_pass_fail(
     answers 200 and quarantines nothing."""
     with db_engine.begin() as conn:
         conn.execute(text("TRUNCATE events, dirty_jobs, jobs, attempts, segments,"
-                          " rollup_hourly, fleet_hourly, fleet_daily, settled_totals,"
+                          " rollup_hourly, fleet_hourly, fleet_daily, fleet_weekly,"
+                          " settled_totals,"
                           " aggregation_quarantine, job_owners"))
     run = uuid.uuid4().hex[:8]  # the app's owner cache outlives the truncation
     for i, w in enumerate(writers):

@@ -25,7 +25,7 @@ REFERENCE = {"api_tokens", "annotations"}
 # On the coordinator: the work queue (`FOR UPDATE SKIP LOCKED` works on single-shard
 # queries only), the quarantine (read joined to the queue), the fleet sums (keyed by hour
 # and labels, not by job) and the aggregator's own state.
-LOCAL = {"dirty_jobs", "aggregation_quarantine", "fleet_hourly", "fleet_daily",
+LOCAL = {"dirty_jobs", "aggregation_quarantine", "fleet_hourly", "fleet_daily", "fleet_weekly",
          "settled_totals", "aggregator_state"}
 
 # The statements run per request or per job of a pass, by where they live: a module

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from service.access.auth import Principal
 from service.store.copy_text import EventRow, EventRows
 from service.store.events import COPY_MIN_ROWS, rows_json, store_rows
-from service.wire.batch import row_of, validate_batch
+from service.wire.batch import validate_batch
 from service.wire.event import WireError, validate_event
 from service.wire.rejections import every_error
 from tests.factories import event
@@ -83,15 +83,16 @@ def _reference(raw: list) -> tuple[list, list]:
     rows, rejected, seen = [], [], set()
     for index, obj in enumerate(raw):
         try:
-            row = row_of(validate_event(obj, now=NOW, **LIMITS))
+            row = validate_event(obj, now=NOW, **LIMITS)
         except WireError as exc:
             rejected.append({"index": index, "error": every_error(obj, exc, now=NOW, **LIMITS)})
             continue
-        # The store's key: an id is one event within its job and instant.
-        key = (row.event_id, row.job_id, datetime.fromisoformat(row.ts))
-        if key not in seen:
-            seen.add(key)
-            rows.append(_normal(row))
+        # Only an identical copy is a duplicate (the same id, job and instant with other
+        # content is another event: the store derives its id).
+        normal = _normal(row)
+        if tuple(normal) not in seen:
+            seen.add(tuple(normal))
+            rows.append(normal)
     return rows, rejected
 
 

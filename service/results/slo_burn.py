@@ -15,9 +15,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from service.slo.model import Slo, SloSpec, derive_windows, format_duration
 from service.store import queries as q
-
-from .model import Slo, SloSpec, derive_windows, format_duration
 
 DB_KINDS = ("fleet_ett", "component_share")
 EFFECTIVE = "effective_training"
