@@ -11,6 +11,7 @@ import traceback
 
 from . import (
     advice,
+    aggregate_by_age,
     aggregation,
     console,
     engine,
@@ -40,6 +41,7 @@ BENCHMARKS = {
     "ingest_store_trips": (store_trips, True),
     "ingest_retry_batch": (retry_batch, True),
     "aggregation": (aggregation, True),
+    "aggregate_by_age": (aggregate_by_age, True),
     "reads": (reads, True),
     "console": (console, True),
     "otlp": (otlp, False),
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="aggregation: measured runs (default 5; fewer for a full-size fleet);"
                         " fleet_180d: recompute and scan pairs (default 1)")
     p.add_argument("--scale", type=float, default=None,
-                   help="fleet_180d: the share of its 180 days to run (default 1; quick 0.01)")
+                   help="fleet_180d: the share of its 180 days to run (default 1; quick 0.01);"
+                        " aggregate_by_age: the share of its 1,000 jobs (default 1)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     names = args.only or list(BENCHMARKS)
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "aggregation":
                     module.run(pg, args.quick, models=args.fleet_models, days=args.fleet_days,
                                runs=args.runs)
-                elif name == "fleet_180d":
+                elif name in ("fleet_180d", "aggregate_by_age"):
                     module.run(pg, args.quick, scale=args.scale, runs=args.runs)
                 else:
                     module.run(pg, args.quick)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ett_core import scheduler
@@ -17,7 +17,7 @@ from ett_core.checkpoints import AttemptCheckpoints, attempt_checkpoints
 from ett_core.diagnostics import DiagnosticsBuilder
 from ett_core.events import NO_ATTRS, PHASE_TYPES, TYPE_RANK, Event, order_events
 from ett_core.instants import MAX_TS_US, MIN_TS_US
-from ett_core.level1 import attempt_terms, combine
+from ett_core.level1 import AttemptTerms, attempt_terms, combine
 from ett_core.progress import label, progress_of
 from ett_core.result import AttemptResult, JobResult
 from ett_core.segments import Segment, to_segments
@@ -40,6 +40,19 @@ class JobComputation:
     checkpoints: tuple[AttemptCheckpoints, ...] = ()
     # Per attempt, progress by steps and its stalls (ett_core.stalls).
     stalls: tuple[AttemptStalls, ...] = ()
+    # What ett_core.resume starts from; not part of the answer (never compared).
+    parts: JobParts | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JobParts:
+    """The intermediate values of one computation that a resumed one reuses."""
+
+    events: tuple[Event, ...]  # the job's own events, cleaned, de-duplicated, in order
+    frames: tuple[AttemptFrame, ...]
+    terms: tuple[AttemptTerms, ...]
+    diagnostics: DiagnosticsBuilder
+    scheduler: bool  # whether any event is the scheduler's
 
 
 def _usable(event: Event) -> bool:
@@ -103,7 +116,8 @@ def compute_job(
     # The trainer names the model it trains; a scheduler's mapping names it only for a job
     # no trainer reports (docs/model.md, "The scheduler's word").
     named_by = mine
-    if any(map(scheduler.is_scheduler, mine)):
+    has_scheduler = any(map(scheduler.is_scheduler, mine))
+    if has_scheduler:
         named_by = tuple(e for e in mine if not scheduler.is_scheduler(e)) or mine
     model = named_by[0].model if named_by else ""
     team = _model_team(named_by, model, taxonomy)
@@ -182,7 +196,8 @@ def compute_job(
         queue_us=sum(v.queue_us for v in views.values()),
     )
     return JobComputation(
-        result=result, segments=tuple(segments), checkpoints=checkpoints, stalls=tuple(stalls)
+        result=result, segments=tuple(segments), checkpoints=checkpoints, stalls=tuple(stalls),
+        parts=JobParts(mine, tuple(frames), tuple(terms), diag, has_scheduler),
     )
 
 

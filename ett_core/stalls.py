@@ -25,7 +25,7 @@ from ett_core.taxonomy import EFFECTIVE, LOST_PROGRESS, STALLED, WASTED, Taxonom
 MIN_ADVANCES = 10
 STEP_ATTR = "step"
 # The wire bound on a step (service.wire): larger numbers are not steps.
-_MAX_STEP = 2**53
+MAX_STEP = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,22 +63,22 @@ class AttemptStalls:
         }
 
 
-def advances_of(frame: AttemptFrame) -> list[tuple[int, int]]:
+def advances_of(frame: AttemptFrame, best: int = -1) -> list[tuple[int, int]]:
     """(instant, step) of each event whose step is above every earlier step of the attempt.
 
     The first step an attempt reports is always its first advance. One pass, inlined: it
     runs over every timeline event of a 10,000-event job (attrs are a mapping or the
-    shared empty one after the core's cleaning).
+    shared empty one after the core's cleaning). `best`: the step reached before the
+    frame's first event (a resumed computation, ett_core.resume).
     """
     out: list[tuple[int, int]] = []
-    best = -1
     start = frame.start_us
     for event in frame.events:
         attrs = event.attrs
         if attrs is NO_ATTRS:
             continue
         step = attrs.get(STEP_ATTR)
-        if type(step) is int and best < step <= _MAX_STEP:
+        if type(step) is int and best < step <= MAX_STEP:
             best = step
             ts = event.ts_us
             out.append((ts if ts > start else start, step))
@@ -154,9 +154,15 @@ def attempt_stalls(
 def _training_phase_end(frame: AttemptFrame, taxonomy: Taxonomy) -> int | None:
     """When the attempt's training phases (component effective_training) last closed, the
     attempt's end while one is still open, None when none ever opened."""
+    open_phases, end = training_scan(frame, taxonomy, {}, None)
+    return frame.end_us if any(open_phases.values()) else end
+
+
+def training_scan(frame: AttemptFrame, taxonomy: Taxonomy, open_phases: dict[str, int],
+                  end: int | None) -> tuple[dict[str, int], int | None]:
+    """The open training phases (name -> count) and their last close after the frame's
+    events, from those before them (`open_phases` is updated in place)."""
     component_of = taxonomy.phase_component.get
-    open_phases: dict[str, int] = {}
-    end = None
     for event in frame.events:
         kind, phase = event.type, event.phase
         if kind == "phase_start" and component_of(phase) == EFFECTIVE:  # type: ignore[arg-type]
@@ -170,7 +176,7 @@ def _training_phase_end(frame: AttemptFrame, taxonomy: Taxonomy) -> int | None:
             if any(open_phases.values()):
                 end = min(max(event.ts_us, frame.start_us), frame.end_us)
             open_phases.clear()
-    return frame.end_us if any(open_phases.values()) else end
+    return open_phases, end
 
 
 def mark_stalled(

@@ -36,17 +36,19 @@ class AttemptTimeline:
     checkpoints: tuple[Checkpoint, ...]
     first_training_us: int | None
     last_training_end_us: int | None
+    # The phases still open at the end, innermost last (ett_core.resume starts from them).
+    open_at_end: tuple[OpenPhase, ...] = ()
 
 
-@dataclass(slots=True)
-class _Open:
+@dataclass(frozen=True, slots=True)
+class OpenPhase:
     phase: str
     start_us: int
     background: bool
     component: str
 
 
-def _innermost(stack: list[_Open]) -> tuple[str, str]:
+def _innermost(stack: list[OpenPhase]) -> tuple[str, str]:
     for entry in reversed(stack):
         if not entry.background:
             return entry.phase, entry.component
@@ -54,7 +56,7 @@ def _innermost(stack: list[_Open]) -> tuple[str, str]:
 
 
 def _snapshot_us(
-    attrs: object, stack: list[_Open], durable_us: int, diag: DiagnosticsBuilder
+    attrs: object, stack: list[OpenPhase], durable_us: int, diag: DiagnosticsBuilder
 ) -> int:
     raw = attrs.get("snapshot_ts") if isinstance(attrs, Mapping) else None
     if raw is not None:
@@ -69,14 +71,17 @@ def _snapshot_us(
     return durable_us
 
 
-def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder) -> AttemptTimeline:
+def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder,
+              opened: tuple[OpenPhase, ...] = ()) -> AttemptTimeline:
+    """`opened`: the phases open at the frame's start (a resumed computation's frame starts
+    inside the attempt, ett_core.resume)."""
     start, end = frame.start_us, frame.end_us
-    stack: list[_Open] = []
+    stack: list[OpenPhase] = list(opened)
     closed_by_failure: Counter[str] = Counter()
     pieces: list[Piece] = []
     checkpoints: list[Checkpoint] = []
     cursor = start
-    owner = _UNCOVERED
+    owner = _innermost(stack)
     component_of = dict(taxonomy.phase_component).get  # a plain dict: this loop is hot
     for event in frame.events:
         ts = min(max(event.ts_us, start), end)
@@ -94,7 +99,7 @@ def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder)
                 diag.unknown_phase(phase)
                 component = UNATTRIBUTED
             background = event.attrs.get("background") is True
-            stack.append(_Open(phase, ts, background, component))
+            stack.append(OpenPhase(phase, ts, background, component))
             if not background:
                 owner = (phase, component)
         elif kind == "phase_end":
@@ -133,4 +138,5 @@ def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder)
         checkpoints=tuple(checkpoints),
         first_training_us=training[0][0] if training else None,
         last_training_end_us=training[-1][1] if training else None,
+        open_at_end=tuple(stack),
     )

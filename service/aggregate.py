@@ -23,7 +23,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 
 from sqlalchemy import Connection, Engine
@@ -31,7 +31,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import Event, JobComputation, Taxonomy, compute_job
 from ett_core.instants import US_PER_SECOND, dt_to_us
-from service.aggregation.running_job_cache import RunningJobCache
+from ett_core.resume import JobSnapshot, computation_of, resume_job, snapshot_job
+from service.aggregation.running_job_cache import Entry, RunningJobCache
 from service.settings import Settings, default
 from service.store import impact, state
 from service.store import results as store
@@ -123,11 +124,14 @@ class Aggregator:
         batch_jobs: int = default("aggregate_batch_jobs"),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         running_job_cache_events: int = 2_000_000,
+        incremental: bool = True,
     ) -> None:
         self.engine = engine
         self.taxonomy = taxonomy
         self.heartbeat_timeout_us = int(heartbeat_timeout_s * US_PER_SECOND)
         self.batch_jobs = batch_jobs
+        self.incremental = incremental
+        self.resumed = 0  # running jobs computed from their snapshots (ett_core.resume)
         self.clock = clock
         self._listeners: list[Callable[[PassReport], None]] = []
         self._lock = threading.Lock()  # one pass at a time per process
@@ -147,7 +151,7 @@ class Aggregator:
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
         return {"hits": self._cache.hits, "misses": self._cache.misses,
-                "jobs": len(self._cache)}
+                "jobs": len(self._cache), "resumed": self.resumed}
 
     def run_pass(self, *, recompute_all: bool = False,
                  progress: Callable[[int, int], None] | None = None,
@@ -245,6 +249,57 @@ class Aggregator:
             log.exception("aggregation: computing job_id=%s failed", job_id)
             return f"engine: {type(exc).__name__}: {exc}"
 
+    def _reusable(self, job_id: str, firsts: dict[str, int | None]) -> bool:
+        """Whether the cache may serve the job: it has no new events, or its snapshot's
+        cut comes before all of them (the first second of each batch, rounded down)."""
+        if job_id not in firsts:
+            return True
+        entry = self._cache.peek(job_id)
+        first = firsts[job_id]
+        return (self.incremental and entry is not None and entry.snapshot is not None
+                and first is not None and first > entry.snapshot.cut_us)
+
+    def _resume(self, conn: Connection, cached: dict[str, Entry], queued: set[str],
+                firsts: dict[str, int | None], now_us: int
+                ) -> dict[str, tuple[JobComputation, JobSnapshot, int | None]]:
+        """The cached jobs with a snapshot that resume (ett_core.resume): (computation,
+        next snapshot, the earliest of their new events not due yet, if any)."""
+        if not self.incremental:
+            return {}
+        snaps = {job: e.snapshot for job, e in cached.items() if e.snapshot is not None}
+        loaded = store.load_events_from(conn, {j: s.cut_us for j, s in snaps.items()
+                                               if j in queued})
+        out: dict[str, tuple[JobComputation, JobSnapshot, int | None]] = {}
+        for job_id, snap in snaps.items():
+            try:
+                if job_id not in queued:
+                    comp = computation_of(snap, now_us=now_us)
+                    if comp is not None:
+                        out[job_id] = (comp, snap, None)
+                    continue
+                known = {(e.event_id, e.ts_us) for e in snap.tail}
+                stored = loaded.get(job_id, [])
+                due = due_events(stored, now_us)
+                new = [e for e in due if (e.event_id, e.ts_us) not in known]
+                got = resume_job(snap, new, taxonomy=self.taxonomy, now_us=now_us,
+                                 heartbeat_timeout_us=self.heartbeat_timeout_us)
+                if got is not None:
+                    later = None if due is stored else min(
+                        e.ts_us for e in stored if e.ts_us > now_us)
+                    out[job_id] = (*got, later)
+            except Exception:  # the full computation decides (and reports) what is wrong
+                log.exception("aggregation: resuming job_id=%s failed", job_id)
+        self.resumed += len(out)
+        return out
+
+    def _snapshot(self, job_id: str, comp: JobComputation, now_us: int) -> JobSnapshot | None:
+        try:
+            return snapshot_job(comp, taxonomy=self.taxonomy, now_us=now_us,
+                                heartbeat_timeout_us=self.heartbeat_timeout_us)
+        except Exception:  # a snapshot is an optimisation: the job is computed every pass
+            log.exception("aggregation: snapshot of job_id=%s failed", job_id)
+            return None
+
     def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport,
                    remember: bool = True) -> None:
         now_us = dt_to_us(now)
@@ -255,44 +310,71 @@ class Aggregator:
             if not locked:
                 return
             seqs = store.queue_rows(conn, locked)
-            queued = {job for job, _seq in seqs}
+            queued = {job for job, _seq, _first in seqs}
             # Running jobs with nothing new: their events, and the rows stored for them,
             # are what this process holds from its last pass
-            # (service/aggregation/running_job_cache.py).
-            cached = self._cache.reusable(conn, [j for j in locked if j not in queued])
-            events = {job: entry.events for job, entry in cached.items()}
-            missing = [j for j in locked if j not in cached]
+            # (service/aggregation/running_job_cache.py); a running job with new events
+            # resumes from its snapshot when none of them is before the snapshot's cut.
+            firsts: dict[str, int | None] = {}
+            for job, _seq, first in seqs:
+                at = None if first is None else dt_to_us(first)
+                if job in firsts:
+                    known = firsts[job]
+                    at = None if at is None or known is None else min(at, known)
+                firsts[job] = at
+            cached = self._cache.reusable(conn, [j for j in locked if self._reusable(j, firsts)])
+            resumed = self._resume(conn, cached, queued, firsts, now_us)
+            events = {job: entry.events for job, entry in cached.items()
+                      if entry.snapshot is None and job not in resumed}
+            missing = [j for j in locked if j not in events and j not in resumed]
             if missing:
                 events.update(store.load_events(conn, missing))
             computed: list[tuple[str, JobComputation]] = []
             failed: dict[str, str] = {}
             formatter = RowFormatter(now_us)
             rows = {}
-            deferred: list[str] = []
+            deferred: dict[str, int] = {}  # job -> its earliest event not due yet
+            snapshots: dict[str, JobSnapshot] = {}
             for job_id in locked:
-                stored = events.get(job_id, [])
-                job_events = due_events(stored, now_us)
-                if job_events is not stored:
-                    deferred.append(job_id)
-                if not job_events:
-                    continue
-                comp = self._compute(job_id, job_events, now_us)
+                previous = None
+                if job_id in resumed:
+                    comp, snap, later = resumed[job_id]
+                    entry = cached[job_id]
+                    previous = (entry.rows, entry.segments)
+                    if later is not None:
+                        deferred[job_id] = later
+                else:
+                    stored = events.get(job_id, [])
+                    job_events = due_events(stored, now_us)
+                    if job_events is not stored:
+                        deferred[job_id] = min(e.ts_us for e in stored if e.ts_us > now_us)
+                    if not job_events:
+                        continue
+                    comp = self._compute(job_id, job_events, now_us)
+                    snap = None
+                    if (self.incremental and not isinstance(comp, str)
+                            and comp.result.state == "running"):
+                        snap = self._snapshot(job_id, comp, now_us)
                 if isinstance(comp, str):
                     failed[job_id] = comp
                 elif comp.result.attempts:
                     try:
-                        rows[job_id] = formatter.job_rows(job_id, comp)
+                        rows[job_id] = formatter.job_rows(
+                            job_id, comp, snap.stable_segments if snap else 0, previous)
                     except Exception as exc:  # a value no row can hold
                         log.exception("aggregation: rows failed for job_id=%s", job_id)
                         failed[job_id] = f"rows: {type(exc).__name__}: {exc}"
                         continue
                     computed.append((job_id, comp))
+                    if snap is not None:
+                        snapshots[job_id] = snap
+            labels = {j: cached[j].labels for j in resumed if cached[j].labels is not None}
             # A failed job keeps its previous results.
             ok = [j for j in locked if j not in failed]
             comps = dict(computed)
             try:
                 with conn.begin_nested():
-                    self._write(conn, ok, rows, cached, formatter, comps)
+                    self._write(conn, ok, rows, cached, formatter, comps, labels)
             except (OperationalError, InterfaceError):
                 raise  # the database, not a job: the chunk is retried as a whole
             except Exception:
@@ -301,21 +383,21 @@ class Aggregator:
                 for job_id in ok:
                     try:
                         with conn.begin_nested():
-                            self._write(conn, [job_id], rows, {}, formatter, comps)
+                            self._write(conn, [job_id], rows, {}, formatter, comps, labels)
                     except (OperationalError, InterfaceError):
                         raise
                     except Exception as exc:
                         log.exception("aggregation: storing job_id=%s failed", job_id)
                         failed[job_id] = f"store: {type(exc).__name__}: {exc}"
             last_seq: dict[str, int] = {}
-            for job, seq in seqs:
+            for job, seq, _first in seqs:
                 last_seq[job] = max(seq, last_seq.get(job, 0))
             # Its queue rows are consumed too: quarantine, not the queue, brings it back,
             # once a newer queue row (new events) shows up.
             state.quarantine(conn, [(j, e, last_seq.get(j, 0)) for j, e in failed.items()],
                              now)
             state.release(conn, [j for j in locked if j not in failed])
-            store.consume_queue_rows(conn, [seq for _job, seq in seqs])
+            store.consume_queue_rows(conn, [seq for _job, seq, _first in seqs])
             store.requeue(conn, deferred)  # read again once their future events are due
             computed = [(j, c) for j, c in computed if j not in failed]
             rows = {j: r for j, r in rows.items() if j not in failed}
@@ -323,16 +405,24 @@ class Aggregator:
         # A recompute of everything runs in a one-shot process (`ett aggregate --recompute-all`):
         # keeping its running jobs would only cost memory and collector time. It still
         # forgets what it replaced, so a long-lived aggregator's cache cannot go stale.
-        self._cache.remember(now, locked, {job: (events[job], r) for job, r in rows.items()
-                                           if remember and r.running})
+        comps = dict(computed)
+        self._cache.remember(locked, {
+            # The rows without what they were made from: one pass's rows only.
+            job: (Entry(now, snapshots[job].tail, replace(r, since=None), snapshots[job],
+                        comps[job].segments, labels.get(job))
+                  if job in snapshots else Entry(now, events[job], r))
+            for job, r in rows.items()
+            if remember and r.running and (job in snapshots or job in events)})
         report.jobs_recomputed += len(computed)
         report.jobs_failed += len(failed)
         report.failed_jobs.extend(failed)
 
     @staticmethod
     def _write(conn: Connection, jobs: list[str], rows: dict, cached: dict,
-               formatter: RowFormatter, comps: dict[str, JobComputation]) -> None:
-        """Replace the stored results of `jobs` (a cached running job only in part)."""
+               formatter: RowFormatter, comps: dict[str, JobComputation],
+               labels: dict[str, dict[str, str]]) -> None:
+        """Replace the stored results of `jobs` (a cached running job only in part);
+        `labels` holds the labels of the resumed jobs and gets those of all the others."""
         partial = cached.keys() & rows.keys()
         updated = [(cached[j].rows, rows[j]) for j in jobs if j in partial]
         replaced = [j for j in jobs if j not in partial]
@@ -342,7 +432,7 @@ class Aggregator:
         store.update_jobs(conn, updated, formatter, deltas)
         store.apply_deltas(conn, deltas)
         store.replace_checkpoint_facts(conn, jobs, comps)
-        impact.replace_job_impact(conn, jobs, comps)
+        labels.update(impact.replace_job_impact(conn, jobs, comps, labels))
 
     def run_loop(self, interval_s: float, stop: threading.Event) -> None:
         """Run passes every `interval_s` until `stop` is set; errors are logged, not fatal."""

@@ -156,6 +156,17 @@ class EventRows:
     def jobs(self) -> set[str]:
         return set(self.job_id)
 
+    def first_seconds(self) -> dict[str, str]:
+        """Each job's earliest instant in the batch, to the second, rounded down, as UTC text
+        without its zone. Every stored `ts` is UTC (wire validation normalises it), so its
+        first 19 characters are that second and compare as text."""
+        out: dict[str, str] = {}
+        for job, ts in zip(self.job_id, self.ts, strict=True):
+            second = ts[:19]
+            if second < out.get(job, "~"):
+                out[job] = second
+        return out
+
     def take(self, at: Sequence[int]) -> EventRows:
         """The rows at these positions, in this order."""
         return EventRows(*([column[i] for i in at] for column in self.columns()))

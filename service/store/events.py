@@ -33,7 +33,7 @@ statement to run and is sent its answer); `store_rows` runs them on a blocking c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,11 @@ COPY_SQL = f"COPY events ({', '.join(COLUMNS)}) FROM STDIN"
 COPY_MIN_ROWS = 32
 # Names never hold a quote or a backslash (wire.NAME_RE), so quoting each is enough; quoted,
 # a job called "null" stays a string.
-QUEUE_SQL = "INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(%(jobs)s AS text[])) ORDER BY 1"
+# Each queue row carries its batch's earliest instant for the job, to the second (rounded
+# down): the aggregator resumes a running job from its settled prefix only when nothing
+# new came before it (ett_core.resume).
+QUEUE_SQL = ("INSERT INTO dirty_jobs (job_id, first_ts) SELECT * FROM unnest("
+             "CAST(%(jobs)s AS text[]), CAST(%(firsts)s AS timestamptz[])) ORDER BY 1")
 
 # How the fallback statement reads each column from its JSON text (text unless named).
 _CASTS = {"event_id": "uuid", "ts": "timestamptz", "attempt": "int", "gpus": "int",
@@ -117,9 +121,10 @@ INSERT_SQL = f"""
         WHERE NOT stored
         ORDER BY 1
         ON CONFLICT (job_id, event_id, ts) DO NOTHING
-        RETURNING job_id
+        RETURNING job_id, ts
     ), dirty AS (
-        INSERT INTO dirty_jobs (job_id) SELECT DISTINCT job_id FROM ins ORDER BY 1
+        INSERT INTO dirty_jobs (job_id, first_ts)
+        SELECT job_id, min(ts) FROM ins GROUP BY job_id ORDER BY 1
     )
     SELECT count(*) FROM ins
 """
@@ -217,11 +222,19 @@ def _jobs_literal(jobs: Iterable[str]) -> str:
     return "{" + ",".join(f'"{job}"' for job in sorted(jobs)) + "}"
 
 
-def _queue_params(jobs: Iterable[str]) -> dict[str, str]:
-    return {"jobs": _jobs_literal(jobs)}
+def _firsts_literal(jobs: list[str], firsts: Mapping[str, str] | None) -> str:
+    if firsts is None:
+        return "{" + ",".join("NULL" for _ in jobs) + "}"
+    return "{" + ",".join(f'"{firsts[job]}Z"' for job in jobs) + "}"
 
 
-def copy_script(jobs: Iterable[str]) -> bytes:
+def _queue_params(jobs: Iterable[str], firsts: Mapping[str, str] | None = None
+                  ) -> dict[str, str]:
+    ordered = sorted(jobs)
+    return {"jobs": _jobs_literal(ordered), "firsts": _firsts_literal(ordered, firsts)}
+
+
+def copy_script(jobs: Iterable[str], firsts: Mapping[str, str] | None = None) -> bytes:
     """The one query that stores a batch in its own transaction (see the module docstring).
 
     Job names match wire.NAME_RE (no quote, no backslash), so the array literal needs no
@@ -233,8 +246,9 @@ def copy_script(jobs: Iterable[str]) -> bytes:
         raise ValueError("a job name holds a quote or a backslash: "
                          + repr([j for j in jobs if set(j) & set("'\"\\")][:3]))
     literal = _jobs_literal(jobs)
-    return (f"BEGIN; INSERT INTO dirty_jobs (job_id) SELECT unnest('{literal}'"
-            f"::text[]) ORDER BY 1; {COPY_SQL}; COMMIT").encode()
+    return (f"BEGIN; INSERT INTO dirty_jobs (job_id, first_ts) SELECT * FROM unnest('{literal}'"
+            f"::text[], '{_firsts_literal(jobs, firsts)}'::timestamptz[]) ORDER BY 1;"
+            f" {COPY_SQL}; COMMIT").encode()
 def _raise_first_error(results: Sequence[pq.abc.PGresult], encoding: str) -> None:
     for result in results:
         if result.status == _FATAL:
@@ -316,11 +330,11 @@ def _plan(rows: EventRows, admit: Admit | None, default_team: str | None, *, alo
         return 0
     if len(rows) >= COPY_MIN_ROWS or grouped:
         try:
-            jobs = rows.jobs()
+            firsts = rows.first_seconds()
             if alone:
-                yield _CopyAlone(copy_script(jobs), copy_payload(rows))
+                yield _CopyAlone(copy_script(firsts, firsts), copy_payload(rows))
             else:
-                yield _CopyNested(copy_payload(rows), _queue_params(jobs))
+                yield _CopyNested(copy_payload(rows), _queue_params(firsts, firsts))
             return len(rows)
         except _RETRY_AS_INSERT:
             if grouped:

@@ -47,17 +47,26 @@ def _labels_by_job(conn: Connection, job_ids: Sequence[str]) -> dict[str, dict[s
 
 
 def replace_job_impact(conn: Connection, replaced: Sequence[str],
-                       computed: Mapping[str, JobComputation]) -> None:
+                       computed: Mapping[str, JobComputation],
+                       known: Mapping[str, dict[str, str]] | None = None
+                       ) -> dict[str, dict[str, str]]:
     """Replace the `job_impact` rows of `replaced` jobs by those of their computations
-    (a replaced job without a computation, one with no attempts, keeps no row)."""
+    (a replaced job without a computation, one with no attempts, keeps no row); return
+    the jobs' labels. `known`: labels read before, of jobs with no new allocation since (a
+    resumed job's, ett_core.resume): reading them means reading all of a job's events."""
     if not replaced:
-        return
+        return {}
     conn.execute(text("DELETE FROM job_impact WHERE job_id = ANY(:ids)"),
                  {"ids": list(replaced)})
     jobs = [j for j in replaced if j in computed]
     if not jobs:
-        return
-    labels = _labels_by_job(conn, jobs)
+        return {}
+    known = known or {}
+    labels = {j: known[j] for j in jobs if j in known}
+    unknown = [j for j in jobs if j not in known]
+    if unknown:
+        read = _labels_by_job(conn, unknown)
+        labels.update((j, read.get(j, {})) for j in unknown)
     rows = []
     for job_id in jobs:
         result = computed[job_id].result
@@ -79,6 +88,7 @@ def replace_job_impact(conn: Connection, replaced: Sequence[str],
         f"INSERT INTO job_impact ({names}) SELECT {names}"
         f" FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r({record})"),
         {"rows": orjson.dumps(rows).decode()})
+    return labels
 
 
 def job_labels(conn: Connection, job_id: str) -> dict[str, str]:

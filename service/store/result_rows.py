@@ -14,11 +14,11 @@ wrote for the job last time and rewrite only what changed (`store.results.update
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
-from ett_core import JobComputation
+from ett_core import JobComputation, Segment
 from ett_core.rollup import split_at_hours
 
 from . import copy_text as fmt
@@ -37,6 +37,13 @@ class JobRows:
     attempt_lines: dict[int, str]
     segment_lines: list[str]  # index = seq
     rollup: dict[RollupKey, tuple[int, int]]  # (settled, unsettled) GPU-microseconds
+    # The first `stable[0]` segments, which the next resumed computation repeats
+    # (ett_core.resume): their line count and held, effective and at-risk GPU-us.
+    stable: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    # Rows made from other rows (a resumed job's): those rows, the lines they share
+    # at least, and the rollup cells that may differ.
+    since: tuple[JobRows, int, frozenset[RollupKey]] | None = field(
+        default=None, compare=False, repr=False)
 
 
 class RowFormatter:
@@ -70,34 +77,69 @@ class RowFormatter:
             out = self._triples[key] = "\t".join(self.label(v) for v in key)
         return out
 
-    def job_rows(self, job_id: str, comp: JobComputation) -> JobRows:
+    def job_rows(self, job_id: str, comp: JobComputation, stable: int = 0,
+                 previous: tuple[JobRows, tuple[Segment, ...]] | None = None) -> JobRows:
+        """The job's rows. `stable`: how many leading segments the next computation will
+        repeat; `previous`: the rows and segments of the computation this one resumed,
+        whose first `stable` segments this one repeats: their lines are kept as they are."""
         ts, labels = self.ts, self.labels
         res = comp.result
         model_text, team_text = self.label(res.model), self.label(res.team)
-        held = effective = at_risk = 0
+        segments = comp.segments
+        keep = 0
+        if previous is not None:
+            old, old_segments = previous
+            keep = old.stable[0]
+            if not (0 < keep <= min(stable, len(segments), len(old_segments))
+                    and segments[keep - 1] == old_segments[keep - 1]
+                    and old.model == res.model and old.team == res.team):
+                keep = 0
+        touched: set[RollupKey] = set()
         rollup: dict[RollupKey, list[int]] = {}
-        segment_lines = []
+        if keep:
+            _, seq, held, effective, at_risk = old.stable
+            segment_lines = old.segment_lines[:seq]
+            for hour, piece in split_at_hours(old_segments[keep:]):
+                key = (hour, piece.component, piece.phase, piece.owner)
+                cell = rollup.get(key)
+                if cell is None:
+                    cell = rollup[key] = list(old.rollup[key])
+                cell[0 if piece.settled else 1] -= piece.gpu_us
+            touched.update(rollup)
+        else:
+            seq = held = effective = at_risk = 0
+            segment_lines = []
+        marks = (0, 0, 0, 0, 0)
         # Pieces mostly follow each other: a piece's start is the previous piece's end.
         last_end, last_end_text = None, ""
-        for seq, (hour, piece) in enumerate(split_at_hours(comp.segments)):
-            attempt, start, end, gpus, component, phase, owner, settled = piece
-            gpu_us = (end - start) * gpus
-            held += gpu_us
-            if component == "effective_training":
-                effective += gpu_us
-                if not settled:
-                    at_risk += gpu_us
-            key = (hour, component, phase, owner)
-            cell = rollup.get(key)
-            if cell is None:
-                cell = rollup[key] = [0, 0]
-            cell[0 if settled else 1] += gpu_us
-            start_text = last_end_text if start == last_end else ts(start)
-            last_end, last_end_text = end, ts(end)
-            segment_lines.append(
-                f"{job_id}\t{seq}\t{ts(hour)}\t{attempt}\t{start_text}\t{last_end_text}\t"
-                f"{gpus}\t{model_text}\t{team_text}\t{labels(component, phase, owner)}\t"
-                f"{'t' if settled else 'f'}\n")
+        for index in range(keep, len(segments) + 1):
+            if index == stable:
+                marks = (stable, seq, held, effective, at_risk)
+            if index == len(segments):
+                break
+            for hour, piece in split_at_hours(segments[index:index + 1]):
+                attempt, start, end, gpus, component, phase, owner, settled = piece
+                gpu_us = (end - start) * gpus
+                held += gpu_us
+                if component == "effective_training":
+                    effective += gpu_us
+                    if not settled:
+                        at_risk += gpu_us
+                key = (hour, component, phase, owner)
+                cell = rollup.get(key)
+                if cell is None:
+                    cell = rollup[key] = (list(old.rollup.get(key, (0, 0))) if keep
+                                          else [0, 0])
+                    if keep:
+                        touched.add(key)
+                cell[0 if settled else 1] += gpu_us
+                start_text = last_end_text if start == last_end else ts(start)
+                last_end, last_end_text = end, ts(end)
+                segment_lines.append(
+                    f"{job_id}\t{seq}\t{ts(hour)}\t{attempt}\t{start_text}\t{last_end_text}\t"
+                    f"{gpus}\t{model_text}\t{team_text}\t{labels(component, phase, owner)}\t"
+                    f"{'t' if settled else 'f'}\n")
+                seq += 1
         attempt_lines = {
             a.attempt: (f"{job_id}\t{a.attempt}\t{ts(a.allocated_at_us)}\t"
                         f"{ts(a.released_at_us)}\t{a.gpus}\t{fmt.text(a.end_cause)}\t"
@@ -119,8 +161,18 @@ class RowFormatter:
             f"{fmt.float_array(t / 1e6 for t in level1.ttr_us)}\t"
             f"{fmt.text_array(level1.ttr_causes)}\t{res.diagnostics.unknown_phase_events}\t"
             f"{fmt.json_text(orjson.dumps(res.to_wire()).decode())}\t{self.now_text}\n")
+        if keep:
+            cells = dict(old.rollup)
+            for key, cell in rollup.items():
+                if cell[0] or cell[1]:
+                    cells[key] = (cell[0], cell[1])
+                else:  # no piece is left in it (every piece holds GPU time)
+                    cells.pop(key, None)
+            return JobRows(job_id, res.model, res.team, running, job_line, attempt_lines,
+                           segment_lines, cells, marks,
+                           (old, old.stable[1], frozenset(touched)))
         return JobRows(job_id, res.model, res.team, running, job_line, attempt_lines,
-                       segment_lines, {k: (v[0], v[1]) for k, v in rollup.items()})
+                       segment_lines, {k: (v[0], v[1]) for k, v in rollup.items()}, marks)
 
 
 CHECKPOINT_COLUMNS = ("job_id", "attempt", "model", "team", "started_at", "gpus", "held_us",

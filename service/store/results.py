@@ -121,17 +121,19 @@ def try_lock_jobs(conn: Connection, job_ids: Sequence[str]) -> list[str]:
     return [job for job, locked in rows if locked]
 
 
-def queue_rows(conn: Connection, job_ids: Sequence[str]) -> list[tuple[str, int]]:
-    """The queue rows this pass consumes, read *before* the events.
+def queue_rows(conn: Connection, job_ids: Sequence[str]
+               ) -> list[tuple[str, int, datetime | None]]:
+    """The queue rows this pass consumes, read *before* the events: job, seq and the
+    batch's earliest event instant for the job (to the second; None when not known).
 
     Every row visible now belongs to a committed batch whose events the next statement
     sees; rows committed later keep their jobs queued for the next pass.
     """
     rows = conn.execute(
-        text("SELECT job_id, seq FROM dirty_jobs WHERE job_id = ANY(:ids)"),
+        text("SELECT job_id, seq, first_ts FROM dirty_jobs WHERE job_id = ANY(:ids)"),
         {"ids": list(job_ids)},
     )
-    return [(r[0], r[1]) for r in rows]
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 _JOB_ID = itemgetter(2)
@@ -151,6 +153,32 @@ def _event_row(_cursor: object) -> Callable[[Sequence[Any]], Event]:
     # psycopg calls this per row: the row, in Event's field order, becomes the Event as is.
     make = Event._make
     return lambda row: make(row) if row[10] is not None else make((*row[:10], NO_ATTRS))
+
+
+# The events of each job from its instant on (a resumed job's, ett_core.resume): one index
+# range per job and partition. OFFSET 0 keeps the subquery a subquery, run once per job:
+# pulled up into a join, it can become a hash join over every event of the table. The
+# earliest instant as a constant lets the planner see how few rows follow it (and skip the
+# partitions before it).
+_LOAD_EVENTS_FROM = _LOAD_EVENTS.replace(
+    "FROM events WHERE job_id = ANY(%(ids)s) ORDER BY job_id, ts",
+    "FROM unnest(%(ids)s::text[], %(froms)s::timestamptz[]) AS f(job, since)"
+    " CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.job_id = f.job AND e.ts >= f.since"
+    " AND e.ts >= %(earliest)s OFFSET 0) AS events ORDER BY job_id, ts")
+
+
+def load_events_from(conn: Connection, since: Mapping[str, int]) -> dict[str, list[Event]]:
+    """Each job's events at or after its instant (epoch microseconds), in time order."""
+    if not since:
+        return {}
+    raw = conn.connection.driver_connection
+    jobs = sorted(since)
+    with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
+        set_json_loads(orjson.loads, cur)
+        cur.execute(_LOAD_EVENTS_FROM, {"ids": jobs, "froms": [us_to_dt(since[j]) for j in jobs],
+                                        "earliest": us_to_dt(min(since.values()))})
+        rows = cur.fetchall()
+    return {job_id: list(events) for job_id, events in groupby(rows, _JOB_ID)}
 
 
 def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Event]]:
@@ -255,10 +283,12 @@ def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
     roll_keys, roll_lines = [], []
     for old, new in pairs:
         job = new.job_id
-        same = 0
-        for a, b in zip(old.segment_lines, new.segment_lines, strict=False):
-            if a != b:
-                break
+        # Rows derived from `old` (a resumed job) say which lines and cells can differ.
+        since = new.since if new.since is not None and new.since[0] is old else None
+        same = since[1] if since is not None else 0
+        a, b = old.segment_lines, new.segment_lines
+        limit = min(len(a), len(b))
+        while same < limit and a[same] == b[same]:
             same += 1
         if same < len(old.segment_lines):
             seg_jobs.append(job)
@@ -272,7 +302,7 @@ def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
                     att_nums.append(num)
                 if line is not None:
                     att_lines.append(line)
-        for key in old.rollup.keys() | new.rollup.keys():
+        for key in since[2] if since is not None else old.rollup.keys() | new.rollup.keys():
             before, after = old.rollup.get(key), new.rollup.get(key)
             if before == after:
                 continue
@@ -407,11 +437,15 @@ def replace_checkpoint_facts(conn: Connection, job_ids: Sequence[str],
         fmt.copy_rows(cur, "checkpoint_attempts", CHECKPOINT_COLUMNS, lines)
 
 
-def requeue(conn: Connection, job_ids: Sequence[str]) -> None:
-    """Queue the jobs for the next pass again (their events are not all due yet)."""
-    if job_ids:
-        conn.execute(text("INSERT INTO dirty_jobs (job_id) SELECT unnest(CAST(:j AS text[]))"),
-                     {"j": sorted(job_ids)})
+def requeue(conn: Connection, firsts: Mapping[str, int]) -> None:
+    """Queue the jobs for the next pass again (their events are not all due yet), each
+    with the earliest instant not due (epoch microseconds; stored to the second)."""
+    if firsts:
+        jobs = sorted(firsts)
+        conn.execute(text(
+            "INSERT INTO dirty_jobs (job_id, first_ts) SELECT j, date_trunc('second', f)"
+            " FROM unnest(CAST(:j AS text[]), CAST(:f AS timestamptz[])) AS u(j, f)"),
+            {"j": jobs, "f": [us_to_dt(firsts[j]) for j in jobs]})
 
 
 def consume_queue_rows(conn: Connection, seqs: Sequence[int]) -> None:

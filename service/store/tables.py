@@ -68,6 +68,9 @@ dirty_jobs = Table(
     Column("seq", BigInteger, primary_key=True, autoincrement=True),
     Column("job_id", Text, nullable=False),
     Column("marked_at", TS, nullable=False, server_default=text("now()")),
+    # The batch's earliest event instant for the job, rounded down to the second; NULL when
+    # not known (the aggregator then computes the job from all its events).
+    Column("first_ts", TS),
     Index("ix_dirty_jobs_job_id", "job_id"),
 )
 

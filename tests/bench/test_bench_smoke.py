@@ -19,7 +19,7 @@ from tests.conftest import REPO
 NAMES = ("engine", "sdk", "ingest_batch", "ingest_single", "ingest_store_trips", "aggregation",
          "reads", "console", "otlp", "advice", "slow_clients", "impact", "ingest_window",
          "loop_stall", "fleet_180d", "small_writers",
-         "ingest_retry_batch", "sdk_restart")
+         "ingest_retry_batch", "sdk_restart", "aggregate_by_age")
 
 
 @pytest.mark.slow
