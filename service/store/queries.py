@@ -94,6 +94,14 @@ def window_rows(
                 f" AS unsettled FROM {table} WHERE ({time_clause}){where}"
                 f" GROUP BY {select_cols}")
 
+    def ranges_clause(column: str, ranges: list[tuple[datetime, datetime]]) -> str:
+        """`column` in any of the non-empty [a, b) ranges, bound as parameters; '' if none."""
+        clauses = []
+        for i, (a, b) in enumerate(r for r in ranges if r[0] < r[1]):
+            params.update({f"{column}{i}a": a, f"{column}{i}b": b})
+            clauses.append(f"({column} >= :{column}{i}a AND {column} < :{column}{i}b)")
+        return " OR ".join(clauses)
+
     parts: list[str] = []
     hour_ranges: list[tuple[datetime, datetime]] = []
     if ds < de:
@@ -102,23 +110,13 @@ def window_rows(
         if ws < we:
             params.update(ws=ws, we=we)
             parts.append(rollup_sum("fleet_weekly", "week >= :ws AND week < :we"))
-        day_ranges = [(a, b) for a, b in day_ranges if a < b]
-        if day_ranges:
-            ranges = []
-            for i, (a, b) in enumerate(day_ranges):
-                params.update({f"d{i}a": a, f"d{i}b": b})
-                ranges.append(f"(day >= :d{i}a AND day < :d{i}b)")
-            parts.append(rollup_sum("fleet_daily", " OR ".join(ranges)))
+        if clause := ranges_clause("day", day_ranges):
+            parts.append(rollup_sum("fleet_daily", clause))
         hour_ranges = [(hs, ds), (de, he)]
     elif hs < he:
         hour_ranges = [(hs, he)]
-    hour_ranges = [(a, b) for a, b in hour_ranges if a < b]
-    if hour_ranges:
-        ranges = []
-        for i, (a, b) in enumerate(hour_ranges):
-            params.update({f"h{i}a": a, f"h{i}b": b})
-            ranges.append(f"(hour >= :h{i}a AND hour < :h{i}b)")
-        parts.append(rollup_sum("fleet_hourly", " OR ".join(ranges)))
+    if clause := ranges_clause("hour", hour_ranges):
+        parts.append(rollup_sum("fleet_hourly", clause))
     partial = sorted({h for h in (floor_hour(start), floor_hour(end))
                       if not (hs <= h and h + HOUR <= he) and h < end})
     if partial:
