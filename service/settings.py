@@ -58,8 +58,9 @@ class Settings(BaseSettings):
     )
     ingest_fair_lag_ms: float = Field(
         default=10.0, ge=0,
-        description="while the event loop runs this late, a token holding more than its"
-                    " share of the ingest requests at work waits its turn (0: never)",
+        description="while the event loop runs this late, a token whose recent rate of ingest"
+                    " requests is at least twice the other tokens' mean waits its turn"
+                    " (0: never)",
     )
     ingest_fair_max_wait_ms: float = Field(
         default=1000.0, ge=0,

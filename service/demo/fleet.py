@@ -128,20 +128,23 @@ class ModelSimulator:
         # Once true, jobs generated from then on run without the regressions (a fix rolled
         # out: jobs already running keep what they started with).
         self.lifted = lifted
-        self.lifted_for_this_job = False
+        # The regressions' factor by component for the job being generated: fixed when the
+        # job starts, so a lift never changes a job half way.
+        self.factors: dict[str, float] = {}
         self.t = start
         self.job_no = 0
         self.rng = random.Random(f"{spec.seed}:{model.name}")
         self.em = _Emitter(model, self.rng)
 
-    def _factor(self, component: str) -> float:
-        f = 1.0
-        if self.lifted_for_this_job:
-            return f
+    def _regression_factors(self) -> dict[str, float]:
+        factors: dict[str, float] = {}
         for r in self.spec.regressions:
-            if r.component == component and (r.team is None or r.team == self.model.team):
-                f *= r.factor
-        return f
+            if r.team is None or r.team == self.model.team:
+                factors[r.component] = factors.get(r.component, 1.0) * r.factor
+        return factors
+
+    def _factor(self, component: str) -> float:
+        return self.factors.get(component, 1.0)
 
     def _dur(self, lo_s: float, hi_s: float, component: str) -> float:
         return self.rng.uniform(lo_s, hi_s) * self._factor(component) / self.spec.time_scale
@@ -154,7 +157,7 @@ class ModelSimulator:
     def next_job(self) -> list[tuple[float, dict[str, Any]]]:
         """All events of the next job, in time order; advances the model's clock."""
         self.job_no += 1
-        self.lifted_for_this_job = self.lifted()
+        self.factors = {} if self.lifted() else self._regression_factors()
         # The seed is part of the id: two fleets with other seeds never share a job.
         job = f"{self.model.name}-s{self.spec.seed}-w{self.job_no:05d}"
         scale = self.spec.time_scale
