@@ -15,6 +15,7 @@ from ett_core.level1 import AttemptTerms
 from ett_core.result import AttemptResult
 from ett_core.segments import Segment
 from ett_core.stalls import AttemptStalls
+from ett_core.tail_scan import TailScan
 from ett_core.taxonomy import Taxonomy
 from ett_core.timeline import OpenPhase
 
@@ -126,6 +127,10 @@ class JobSnapshot:
     inferred_end_attempts: tuple[int, ...]
     few_advances_attempts: tuple[int, ...]
     snapshot_from_steps: tuple[int, ...]
+    # The running attempt's events from the cut scanned to the latest of them (None only
+    # while the first snapshot is made): a resume whose new events all come later reads
+    # only those.
+    scan: TailScan | None = None
 
     @property
     def stable_segments(self) -> int:
