@@ -112,7 +112,8 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
     end = max(now_us, last_news)
     frame = AttemptFrame(snap.attempt, snap.start_us, end, snap.gpus, "running", True, None,
                          None, None, last_news, snap.allocated, ())
-    sub = replace(frame, start_us=cut, events=timeline_events)
+    sub = AttemptFrame(snap.attempt, cut, end, snap.gpus, "running", True, None, None, None,
+                       last_news, snap.allocated, timeline_events)
     if scan is not None:
         scan = continue_scan(scan, sub, taxonomy, events[-1].ts_us)
     else:
@@ -121,12 +122,10 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
                          training_open=snap.training_open,
                          training_end_us=snap.training_end_us, at_us=events[-1].ts_us)
     diag = DiagnosticsBuilder(Counter(dict(scan.counts)), set(scan.unknown_phase_names))
-    timeline = timeline_to(scan, end)
-    if any(c.snapshot_us < cut for c in timeline.checkpoints):
+    if any(c.snapshot_us < cut for c in scan.checkpoints):
         return None  # a snapshot before the cut re-cuts the training before it
-    first_training = (snap.first_training_us if snap.first_training_us is not None
-                      else timeline.first_training_us)
-    timeline = replace(timeline, first_training_us=first_training)
+    timeline = timeline_to(scan, end, snap.first_training_us)
+    first_training = timeline.first_training_us
     snapshot = max((c.snapshot_us for c in timeline.checkpoints), default=snap.max_snapshot_us)
     floor = snap.start_us if snapshot is None else snapshot
     if floor < cut:
@@ -142,8 +141,7 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
         return None  # the attempt before restarted from another step
     last = advances[-1] if advances else snap.last_advance
     points = ([snap.last_advance[0]] if snap.last_advance else []) + [t for t, _ in advances]
-    stalls = AttemptStalls(snap.attempt, count, last[1] if last else None,
-                           last[0] if last else None, None, None, (), None)
+    median = threshold = since = None
     pre: tuple[Window, ...] = ()
     later: list[Window] = []
     if count < MIN_ADVANCES:
@@ -169,12 +167,14 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
         windows = pre + tuple(later)
         since = (windows[-1][0] if windows and training_end == end
                  and windows[-1][1] == training_end else None)
-        stalls = replace(stalls, median_interval_us=median, threshold_us=threshold,
-                         windows=windows, stalled_since_us=since)
     if pre + _clip(later, cut) != snap.windows_before_cut:
         return None  # stalls before the cut moved
-    owner = taxonomy.stall_owner_of(snap.team)
-    pieces = mark_stalled(frame, pieces, replace(stalls, windows=tuple(later)), owner)
+    stalls = AttemptStalls(snap.attempt, count, last[1] if last else None,
+                           last[0] if last else None, median, threshold, pre + tuple(later),
+                           since)
+    if later:  # the stalls before the cut are in the snapshot's segments already
+        owner = taxonomy.stall_owner_of(snap.team)
+        pieces = mark_stalled(frame, pieces, replace(stalls, windows=tuple(later)), owner)
     terms = attempt_terms(frame, timeline, pieces)
     snapshots = sorted({c.snapshot_us for c in timeline.checkpoints})
     training = [p for p in timeline.pieces if p[3] == EFFECTIVE]
@@ -204,7 +204,8 @@ def _computation(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobComp
     frames = (*snap.prior_frames, frame)
     level1 = combine(frames, (*snap.prior_terms, terms))
     ttr = dict(zip(level1.ttr_attempts, level1.ttr_us, strict=True))
-    checkpoints = tuple(replace(c, ttr_us=ttr.get(c.attempt) if c.interrupted else None)
+    checkpoints = tuple(c if c.ttr_us == (ttr_us := ttr.get(c.attempt) if c.interrupted
+                                          else None) else replace(c, ttr_us=ttr_us)
                         for c in snap.prior_checkpoints)
     befores = ([snap.last_before_us] if snap.last_before_us is not None else []) + tail.befores
     more = tuple(b - a for a, b in pairwise(befores) if b > a)
@@ -254,8 +255,8 @@ def _advance(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobSnapshot
         # Nothing before the cut changed (no save is open at it, and no later checkpoint's
         # snapshot lies before it, or the tail would have declined): only what the tail
         # carries moves on.
-        return replace(
-            snap, tail=tail.events, scan=tail.scan, first_step=first_step,
+        return snap.evolve(
+            tail=tail.events, scan=tail.scan, first_step=first_step,
             median_us=stalls.median_interval_us, threshold_us=stalls.threshold_us,
             gap_windows=tail.pre_windows if stalls.median_interval_us is not None else (),
             counts=tuple((Counter(dict(snap.counts)) + extra).items()))
@@ -305,8 +306,7 @@ def _advance(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobSnapshot
                      best_step=last_advance[1] if last_advance else -1,
                      training_open=tuple(open_phases.items()), training_end_us=training_end,
                      at_us=tail.events[-1].ts_us)
-    return replace(
-        snap,
+    return snap.evolve(
         cut_us=cut,
         tail=tuple(e for e in tail.events if e.ts_us >= cut),
         scan=scan,

@@ -132,6 +132,15 @@ class JobSnapshot:
     # only those.
     scan: TailScan | None = None
 
+    def evolve(self, **changes: object) -> JobSnapshot:
+        """A copy with `changes`: what `dataclasses.replace` gives, without its per-field
+        keyword arguments (a snapshot has sixty fields and every resumed pass makes one)."""
+        out = object.__new__(JobSnapshot)
+        for name in JobSnapshot.__slots__:  # type: ignore[attr-defined]
+            object.__setattr__(out, name, changes[name] if name in changes
+                               else getattr(self, name))
+        return out
+
     @property
     def stable_segments(self) -> int:
         """How many leading segments of the job every resumed computation repeats."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ett_core.attempts import AttemptFrame
 from ett_core.diagnostics import DiagnosticsBuilder
@@ -57,7 +57,9 @@ def continue_scan(scan: TailScan, frame: AttemptFrame, taxonomy: Taxonomy,
     `scan.at_us` (an earlier one would have changed what the scan already holds)."""
     events = frame.events
     last = events[-1].ts_us if events else scan.last_news_us
-    sub = replace(frame, start_us=scan.last_news_us, end_us=last)
+    sub = AttemptFrame(frame.attempt, scan.last_news_us, last, frame.gpus, frame.end_cause,
+                       frame.is_running, frame.failure_us, frame.cause,
+                       frame.failure_event_id, last, frame.allocated, events)
     diag = DiagnosticsBuilder(Counter(dict(scan.counts)), set(scan.unknown_phase_names))
     part = partition(sub, taxonomy, diag, scan.stack)
     advances = advances_of(sub, scan.best_step)
@@ -80,12 +82,16 @@ def join(before: tuple[Piece, ...], after: Sequence[Piece]) -> tuple[Piece, ...]
     return (*before, *after)
 
 
-def timeline_to(scan: TailScan, end_us: int) -> AttemptTimeline:
+def timeline_to(scan: TailScan, end_us: int,
+                first_training_us: int | None = None) -> AttemptTimeline:
     """The partition from the cut to `end_us` (at or after the last news): after the last
-    news the innermost phase open then owns the time, as `partition` ends."""
+    news the innermost phase open then owns the time, as `partition` ends.
+    `first_training_us`: the attempt's first training before the cut, if any."""
     pieces = scan.pieces
     if end_us > scan.last_news_us:
         pieces = join(pieces, ((scan.last_news_us, end_us, *innermost(scan.stack)),))
     training = [p for p in pieces if p[3] == EFFECTIVE]
-    return AttemptTimeline(pieces, scan.checkpoints, training[0][0] if training else None,
+    if first_training_us is None and training:
+        first_training_us = training[0][0]
+    return AttemptTimeline(pieces, scan.checkpoints, first_training_us,
                            training[-1][1] if training else None, scan.stack)

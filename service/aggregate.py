@@ -132,6 +132,7 @@ class Aggregator:
         self.batch_jobs = batch_jobs
         self.incremental = incremental
         self.resumed = 0  # running jobs computed from their snapshots (ett_core.resume)
+        self.read_after_scan = 0  # of them, those read only after their scan's last event
         self.clock = clock
         self._listeners: list[Callable[[PassReport], None]] = []
         self._lock = threading.Lock()  # one pass at a time per process
@@ -151,7 +152,8 @@ class Aggregator:
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
         return {"hits": self._cache.hits, "misses": self._cache.misses,
-                "jobs": len(self._cache), "resumed": self.resumed}
+                "jobs": len(self._cache), "resumed": self.resumed,
+                "read_after_scan": self.read_after_scan}
 
     def run_pass(self, *, recompute_all: bool = False,
                  progress: Callable[[int, int], None] | None = None,
@@ -275,6 +277,7 @@ class Aggregator:
                 first = firsts.get(job)
                 after = snap.scan is not None and first is not None and first > snap.scan.at_us
                 since[job] = snap.scan.at_us + 1 if after else snap.cut_us  # type: ignore[union-attr]
+                self.read_after_scan += after
         loaded = store.load_events_from(conn, since)
         out: dict[str, tuple[JobComputation, JobSnapshot, int | None]] = {}
         for job_id, snap in snaps.items():
