@@ -117,8 +117,7 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
     if scan is not None:
         scan = continue_scan(scan, sub, taxonomy, events[-1].ts_us)
     else:
-        scan = scan_tail(sub, taxonomy, stack=snap.stack,
-                         best_step=snap.last_advance[1] if snap.last_advance else -1,
+        scan = scan_tail(sub, taxonomy, stack=snap.stack, last_advance=snap.last_advance,
                          training_open=snap.training_open,
                          training_end_us=snap.training_end_us, at_us=events[-1].ts_us)
     diag = DiagnosticsBuilder(Counter(dict(scan.counts)), set(scan.unknown_phase_names))
@@ -140,7 +139,6 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
     if snap.prior_frames and first_step != snap.first_step:
         return None  # the attempt before restarted from another step
     last = advances[-1] if advances else snap.last_advance
-    points = ([snap.last_advance[0]] if snap.last_advance else []) + [t for t, _ in advances]
     median = threshold = since = None
     pre: tuple[Window, ...] = ()
     later: list[Window] = []
@@ -148,7 +146,7 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
         if count:
             diag.few_advances_attempts.append(snap.attempt)
     else:
-        median = snap.gaps.median_with([b - a for a, b in pairwise(points)])
+        median = snap.gaps.median_with(scan.gaps)
         threshold = max(taxonomy.stall_floor_us, int(taxonomy.stall_factor * median))
         if (median, threshold) == (snap.median_us, snap.threshold_us):
             pre = snap.gap_windows
@@ -159,11 +157,14 @@ def _run_tail(snap: JobSnapshot, events: tuple[Event, ...], now_us: int,
             training_end = end
         if training_end is not None and training_end - last_news > threshold:
             training_end = min(training_end, last_news)
-        ends = points[1:]
-        if training_end is not None and training_end > points[-1]:
-            ends.append(training_end)
-        later = [(s + median, e) for s, e in zip(points, ends, strict=False)
-                 if e - s > threshold]
+        if scan.max_gap_us > threshold:  # else no interval between advances is a stall
+            points = ([snap.last_advance[0]] if snap.last_advance else []) + [
+                t for t, _ in advances]
+            later = [(s + median, e) for s, e in pairwise(points) if e - s > threshold]
+        final = scan.last_advance_us
+        assert final is not None  # enough advances for a median
+        if training_end is not None and training_end - final > threshold:
+            later.append((final + median, training_end))
         windows = pre + tuple(later)
         since = (windows[-1][0] if windows and training_end == end
                  and windows[-1][1] == training_end else None)
@@ -198,7 +199,6 @@ def _computation(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobComp
         owners[s.owner] = owners.get(s.owner, 0) + d
         if not s.settled and s.component == EFFECTIVE:
             at_risk += d
-    segments = _merge(snap.segments, tail.segments)
     attempt = AttemptResult(snap.attempt, snap.start_us, None, snap.gpus, "running",
                             frame.held_us, sum(terms.startup.values()), None, at_risk, None)
     frames = (*snap.prior_frames, frame)
@@ -218,7 +218,8 @@ def _computation(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobComp
         snap.blocking_save_us + sum(p[1] - p[0] for p in pieces if p[2] == CHECKPOINT_SAVE),
         snap.durable + len(tail.timeline.checkpoints), intervals,
         snap.lost_us + sum(p[1] - p[0] for p in tail.pieces if p[3] == LOST_PROGRESS), None),)
-    diag = _diagnostics(snap, extra + tail.diag.counts, tail.diag)
+    diag = _diagnostics(snap, extra + tail.diag.counts if extra else tail.diag.counts,
+                        tail.diag)
     stalls = (*snap.prior_stalls, tail.stalls)
     result = JobResult(
         job_id=snap.job_id, model=snap.model, team=snap.team, state="running",
@@ -228,14 +229,16 @@ def _computation(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobComp
         components=MappingProxyType(components), phases=MappingProxyType(phases),
         owners=MappingProxyType(owners), level1=level1, diagnostics=diag.freeze(),
         stalls=stalls, queue_us=0)
-    return JobComputation(result=result, segments=(*snap.prior_segments, *segments),
+    return JobComputation(result=result,
+                          segments=snap.head_segments + _merge(snap.segments[-1:],
+                                                               tail.segments),
                           checkpoints=checkpoints, stalls=stalls)
 
 
 def _diagnostics(snap: JobSnapshot, counts: Counter[str],
                  tail: DiagnosticsBuilder) -> DiagnosticsBuilder:
     diag = DiagnosticsBuilder()
-    diag.counts = Counter(dict(snap.counts)) + counts
+    diag.counts = Counter(dict(snap.counts)) + counts if counts else Counter(dict(snap.counts))
     diag.unknown_phase_names = set(snap.unknown_phase_names) | tail.unknown_phase_names
     diag.gpus_defaulted_attempts = list(snap.gpus_defaulted_attempts)
     diag.inferred_end_attempts = list(snap.inferred_end_attempts)
@@ -259,7 +262,8 @@ def _advance(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobSnapshot
             tail=tail.events, scan=tail.scan, first_step=first_step,
             median_us=stalls.median_interval_us, threshold_us=stalls.threshold_us,
             gap_windows=tail.pre_windows if stalls.median_interval_us is not None else (),
-            counts=tuple((Counter(dict(snap.counts)) + extra).items()))
+            counts=tuple((Counter(dict(snap.counts)) + extra).items()) if extra
+            else snap.counts)
     timeline_events = tuple(e for e in tail.events if e.on_timeline)
     while True:
         events = tuple(e for e in timeline_events if e.ts_us < cut)
@@ -300,17 +304,18 @@ def _advance(snap: JobSnapshot, tail: _Tail, extra: Counter[str]) -> JobSnapshot
         gap_windows = tail.pre_windows + tuple(
             (s + median, e) for s, e in pairwise(points) if e - s > threshold)
     counts = Counter(dict(snap.counts)) + extra + diag.counts
+    merged = _merge(snap.segments, segments)
     after = tuple(e for e in timeline_events if e.ts_us >= cut)
     scan = scan_tail(replace(frame, start_us=cut, events=after), snap.taxonomy,
-                     stack=timeline.open_at_end,
-                     best_step=last_advance[1] if last_advance else -1,
+                     stack=timeline.open_at_end, last_advance=last_advance,
                      training_open=tuple(open_phases.items()), training_end_us=training_end,
                      at_us=tail.events[-1].ts_us)
     return snap.evolve(
         cut_us=cut,
         tail=tuple(e for e in tail.events if e.ts_us >= cut),
         scan=scan,
-        segments=_merge(snap.segments, segments),
+        segments=merged,
+        head_segments=snap.prior_segments + merged[:-1],
         terms=_add_terms(snap.terms, attempt_terms(frame, tail.timeline, pieces)),
         first_training_us=snap.first_training_us if snap.first_training_us is not None
         else timeline.first_training_us,
@@ -397,7 +402,7 @@ def snapshot_job(comp: JobComputation, *, taxonomy: Taxonomy, now_us: int,
         prior_segments=prior, attempt=number, start_us=start, gpus=frame.gpus,
         allocated=frame.allocated,
         gpus_until_us=gpus_until,
-        team_until_us=team_until, segments=(), terms=AttemptTerms(),
+        team_until_us=team_until, segments=(), head_segments=prior, terms=AttemptTerms(),
         first_training_us=None, stack=(), training_open=(), training_end_us=None,
         durable=0, max_snapshot_us=None, intervals_us=(), last_before_us=None,
         training_us=0, blocking_save_us=0, lost_us=0, advances=0, last_advance=None,

@@ -94,6 +94,9 @@ class JobSnapshot:
     team_until_us: int | None
     # The running attempt before the cut.
     segments: tuple[Segment, ...]
+    # The job's segments before the last of `segments` (the prior attempts' too), joined
+    # once per cut: a resumed computation adds its own after them.
+    head_segments: tuple[Segment, ...]
     terms: AttemptTerms
     first_training_us: int | None
     stack: tuple[OpenPhase, ...]

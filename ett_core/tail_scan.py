@@ -35,6 +35,11 @@ class TailScan:
     stack: tuple[OpenPhase, ...]  # the phases open at the last news
     advances: tuple[tuple[int, int], ...]  # (instant, step) since the cut
     best_step: int  # the highest step reached, before the cut included (-1: none)
+    last_advance_us: int | None  # the latest advance's instant, before the cut included
+    # The intervals between consecutive advances since the last one before the cut, in
+    # order, and the longest (0: none): what the stall rule's median and windows read.
+    gaps: tuple[int, ...]
+    max_gap_us: int
     training_open: tuple[tuple[str, int], ...]  # training phase -> times open
     training_end_us: int | None  # when the training phases last all closed
     counts: tuple[tuple[str, int], ...]  # what the partition counted
@@ -42,11 +47,13 @@ class TailScan:
 
 
 def scan_tail(frame: AttemptFrame, taxonomy: Taxonomy, *, stack: tuple[OpenPhase, ...],
-              best_step: int, training_open: Sequence[tuple[str, int]],
+              last_advance: tuple[int, int] | None, training_open: Sequence[tuple[str, int]],
               training_end_us: int | None, at_us: int) -> TailScan:
     """The scan of `frame.events` (the attempt's timeline events from the cut,
     `frame.start_us`, in order) from the state at the cut."""
-    start = TailScan(at_us, frame.start_us, (), (), stack, (), best_step,
+    start = TailScan(at_us, frame.start_us, (), (), stack, (),
+                     last_advance[1] if last_advance else -1,
+                     last_advance[0] if last_advance else None, (), 0,
                      tuple(sorted(training_open)), training_end_us, (), ())
     return continue_scan(start, frame, taxonomy, at_us)
 
@@ -65,11 +72,19 @@ def continue_scan(scan: TailScan, frame: AttemptFrame, taxonomy: Taxonomy,
     advances = advances_of(sub, scan.best_step)
     open_phases, training_end = training_scan(sub, taxonomy, dict(scan.training_open),
                                               scan.training_end_us)
+    gaps, max_gap, previous = scan.gaps, scan.max_gap_us, scan.last_advance_us
+    if advances:
+        instants = [t for t, _ in advances]
+        more = [b - a for a, b in zip([previous, *instants], instants, strict=False)
+                if a is not None]
+        gaps += tuple(more)
+        max_gap = max(max_gap, *more) if more else max_gap
+        previous = instants[-1]
     return TailScan(
         at_us, last, join(scan.pieces, part.pieces), scan.checkpoints + part.checkpoints,
         part.open_at_end, (*scan.advances, *advances),
-        advances[-1][1] if advances else scan.best_step, tuple(sorted(open_phases.items())),
-        training_end, tuple(sorted(diag.counts.items())),
+        advances[-1][1] if advances else scan.best_step, previous, gaps, max_gap,
+        tuple(sorted(open_phases.items())), training_end, tuple(sorted(diag.counts.items())),
         tuple(sorted(diag.unknown_phase_names)))
 
 
