@@ -6,12 +6,13 @@ attempt's last news and its latest durable snapshot, so every labelled instant b
 is settled and stays as it is whatever arrives later (later events only add to the
 attempt, `now` only moves its end). A `JobSnapshot` holds the job's computation before
 the cut as sums and segments, the state of the attempt's partition at the cut (the phases
-open), and the events from the cut on; `resume_job` computes the rest from those events
-and the new ones and gives exactly what `compute_job` gives for all of them
-(tests/core/test_core_resume.py holds it to that). Whatever it cannot vouch for (an event
-before the cut, another attempt, a release, a failure, the scheduler's word, a change of
-the step median that moves a stall before the cut) makes it return None: the caller then
-computes the job from all its events.
+open), the events from the cut on, and their scan up to the latest of them
+(ett_core.tail_scan); `resume_job` computes the rest from those events and the new ones,
+continuing the scan when the new ones all come after it, and gives exactly what
+`compute_job` gives for all of them (tests/core/test_core_resume.py holds it to that).
+Whatever it cannot vouch for (an event before the cut, another attempt, a release, a
+failure, the scheduler's word, a change of the step median that moves a stall before the
+cut) makes it return None: the caller then computes the job from all its events.
 
 Pure and immutable, as the rest of the core: `now` and the heartbeat timeout are arguments.
 """
