@@ -40,7 +40,7 @@ def _write_cost(engine: Any, now: datetime) -> tuple[float, int]:
     from ett_core import Taxonomy, compute_job
     from ett_core.instants import dt_to_us
     from service.store import results as store
-    from service.store.results import replace_checkpoint_facts
+    from service.store.result_rows import replace_checkpoint_facts
 
     with engine.connect() as conn:
         jobs = [r[0] for r in conn.execute(text("SELECT job_id FROM jobs"))]

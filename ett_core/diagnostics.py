@@ -44,14 +44,14 @@ class Diagnostics:
     mapping_conflicts: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            f.name: list(getattr(self, f.name))
-            if isinstance(getattr(self, f.name), tuple)
-            else getattr(self, f.name)
-            for f in fields(self)
-        }
+        out = {}
+        for name in _NAMES:
+            value = getattr(self, name)
+            out[name] = list(value) if type(value) is tuple else value
+        return out
 
 
+_NAMES = tuple(f.name for f in fields(Diagnostics))
 _COUNTERS = frozenset(f.name for f in fields(Diagnostics) if f.type in ("int", int))
 
 

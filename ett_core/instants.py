@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 US_PER_SECOND = 1_000_000
 HOUR_US = 3600 * US_PER_SECOND
@@ -61,12 +62,27 @@ def parse_instant_us(value: object) -> int | None:
     return None
 
 
+_DAY_US = 24 * HOUR_US
+
+
+@lru_cache(maxsize=4096)
+def _day_text(day: int) -> str:
+    return (_EPOCH + timedelta(days=day)).strftime("%Y-%m-%d")
+
+
 def format_rfc3339_us(ts_us: int) -> str:
-    """Format epoch microseconds as RFC 3339 UTC ('Z'), microseconds only when non-zero."""
-    moment = us_to_dt(ts_us)
-    base = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        return f"{base}.{moment.microsecond:06d}Z"
+    """Format epoch microseconds as RFC 3339 UTC ('Z'), microseconds only when non-zero.
+
+    The date is formatted once per day (every job document carries a few instants and a
+    pass writes every running job's); the time of day by arithmetic.
+    """
+    day, rem = divmod(ts_us, _DAY_US)
+    seconds, micros = divmod(rem, US_PER_SECOND)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    base = f"{_day_text(day)}T{hour:02d}:{minute:02d}:{second:02d}"
+    if micros:
+        return f"{base}.{micros:06d}Z"
     return f"{base}Z"
 
 

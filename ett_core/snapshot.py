@@ -15,6 +15,7 @@ from ett_core.level1 import AttemptTerms
 from ett_core.result import AttemptResult
 from ett_core.segments import Segment
 from ett_core.stalls import AttemptStalls
+from ett_core.tail_scan import TailScan
 from ett_core.taxonomy import Taxonomy
 from ett_core.timeline import OpenPhase
 
@@ -93,6 +94,9 @@ class JobSnapshot:
     team_until_us: int | None
     # The running attempt before the cut.
     segments: tuple[Segment, ...]
+    # The job's segments before the last of `segments` (the prior attempts' too), joined
+    # once per cut: a resumed computation adds its own after them.
+    head_segments: tuple[Segment, ...]
     terms: AttemptTerms
     first_training_us: int | None
     stack: tuple[OpenPhase, ...]
@@ -126,6 +130,19 @@ class JobSnapshot:
     inferred_end_attempts: tuple[int, ...]
     few_advances_attempts: tuple[int, ...]
     snapshot_from_steps: tuple[int, ...]
+    # The running attempt's events from the cut scanned to the latest of them (None only
+    # while the first snapshot is made): a resume whose new events all come later reads
+    # only those.
+    scan: TailScan | None = None
+
+    def evolve(self, **changes: object) -> JobSnapshot:
+        """A copy with `changes`: what `dataclasses.replace` gives, without its per-field
+        keyword arguments (a snapshot has sixty fields and every resumed pass makes one)."""
+        out = object.__new__(JobSnapshot)
+        for name in JobSnapshot.__slots__:  # type: ignore[attr-defined]
+            object.__setattr__(out, name, changes[name] if name in changes
+                               else getattr(self, name))
+        return out
 
     @property
     def stable_segments(self) -> int:

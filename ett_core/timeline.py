@@ -9,7 +9,7 @@ holds by construction.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ett_core.attempts import AttemptFrame
@@ -48,7 +48,8 @@ class OpenPhase:
     component: str
 
 
-def _innermost(stack: list[OpenPhase]) -> tuple[str, str]:
+def innermost(stack: Sequence[OpenPhase]) -> tuple[str, str]:
+    """The (phase, component) that owns the time while `stack` is open."""
     for entry in reversed(stack):
         if not entry.background:
             return entry.phase, entry.component
@@ -81,7 +82,7 @@ def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder,
     pieces: list[Piece] = []
     checkpoints: list[Checkpoint] = []
     cursor = start
-    owner = _innermost(stack)
+    owner = innermost(stack)
     component_of = dict(taxonomy.phase_component).get  # a plain dict: this loop is hot
     for event in frame.events:
         ts = min(max(event.ts_us, start), end)
@@ -111,7 +112,7 @@ def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder,
             for index in range(len(stack) - 1, -1, -1):
                 if stack[index].phase == phase:
                     del stack[index]
-                    owner = _innermost(stack)
+                    owner = innermost(stack)
                     break
             else:
                 if closed_by_failure[phase] > 0:

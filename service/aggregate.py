@@ -36,7 +36,7 @@ from service.aggregation.running_job_cache import Entry, RunningJobCache
 from service.settings import Settings, default
 from service.store import impact, state
 from service.store import results as store
-from service.store.result_rows import RowFormatter
+from service.store.result_rows import RowFormatter, replace_checkpoint_facts
 from service.store.retention import ensure_partitions_quietly
 from service.taxonomy import taxonomy_from
 
@@ -132,6 +132,7 @@ class Aggregator:
         self.batch_jobs = batch_jobs
         self.incremental = incremental
         self.resumed = 0  # running jobs computed from their snapshots (ett_core.resume)
+        self.read_after_scan = 0  # of them, those read only after their scan's last event
         self.clock = clock
         self._listeners: list[Callable[[PassReport], None]] = []
         self._lock = threading.Lock()  # one pass at a time per process
@@ -151,7 +152,8 @@ class Aggregator:
     def cache_stats(self) -> dict[str, int]:
         """How often running jobs were served from the cache, and how many it holds."""
         return {"hits": self._cache.hits, "misses": self._cache.misses,
-                "jobs": len(self._cache), "resumed": self.resumed}
+                "jobs": len(self._cache), "resumed": self.resumed,
+                "read_after_scan": self.read_after_scan}
 
     def run_pass(self, *, recompute_all: bool = False,
                  progress: Callable[[int, int], None] | None = None,
@@ -267,8 +269,16 @@ class Aggregator:
         if not self.incremental:
             return {}
         snaps = {job: e.snapshot for job, e in cached.items() if e.snapshot is not None}
-        loaded = store.load_events_from(conn, {j: s.cut_us for j, s in snaps.items()
-                                               if j in queued})
+        # New events all after the latest one a snapshot scanned (by their batches' first
+        # second) are read from there; else from its cut, and the known ones left out.
+        since = {}
+        for job, snap in snaps.items():
+            if job in queued:
+                first = firsts.get(job)
+                after = snap.scan is not None and first is not None and first > snap.scan.at_us
+                since[job] = snap.scan.at_us + 1 if after else snap.cut_us  # type: ignore[union-attr]
+                self.read_after_scan += after
+        loaded = store.load_events_from(conn, since)
         out: dict[str, tuple[JobComputation, JobSnapshot, int | None]] = {}
         for job_id, snap in snaps.items():
             try:
@@ -277,10 +287,12 @@ class Aggregator:
                     if comp is not None:
                         out[job_id] = (comp, snap, None)
                     continue
-                known = {(e.event_id, e.ts_us) for e in snap.tail}
                 stored = loaded.get(job_id, [])
                 due = due_events(stored, now_us)
-                new = [e for e in due if (e.event_id, e.ts_us) not in known]
+                new = due
+                if since[job_id] <= snap.cut_us:
+                    known = {(e.event_id, e.ts_us) for e in snap.tail}
+                    new = [e for e in due if (e.event_id, e.ts_us) not in known]
                 got = resume_job(snap, new, taxonomy=self.taxonomy, now_us=now_us,
                                  heartbeat_timeout_us=self.heartbeat_timeout_us)
                 if got is not None:
@@ -431,7 +443,7 @@ class Aggregator:
         store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
         store.update_jobs(conn, updated, formatter, deltas)
         store.apply_deltas(conn, deltas)
-        store.replace_checkpoint_facts(conn, jobs, comps)
+        replace_checkpoint_facts(conn, replaced, comps, updated)
         labels.update(impact.replace_job_impact(conn, jobs, comps, labels))
 
     def run_loop(self, interval_s: float, stop: threading.Event) -> None:

@@ -121,6 +121,7 @@ def results_state(engine) -> dict[str, list]:
         "totals": "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0"
                   " ORDER BY model, team, component, owner",
         "impact": "SELECT * FROM job_impact ORDER BY job_id",
+        "checkpoints": "SELECT * FROM checkpoint_attempts ORDER BY job_id, attempt",
     }
     with engine.connect() as conn:
         return {k: [tuple(r) for r in conn.execute(text(q))] for k, q in queries.items()}

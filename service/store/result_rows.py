@@ -6,7 +6,8 @@ tab, newline or backslash); labels can come from the taxonomy file, so they are 
 
 The per-attempt checkpoint facts (`checkpoint_attempts`) go in the same way, with the job's
 other rows, so the facts advice reads always belong to the results the rest of the service
-shows (a pass rewrites every running job's facts).
+shows; for a job whose stored facts a pass knows (it wrote them), only the attempts whose
+facts changed are rewritten, a running attempt's sums in place (`replace_checkpoint_facts`).
 
 Keeping a job's rows as values (`JobRows`) also lets a pass compare them with what it
 wrote for the job last time and rewrite only what changed (`store.results.update_jobs`).
@@ -14,11 +15,15 @@ wrote for the job last time and rewrite only what changed (`store.results.update
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
+from sqlalchemy import Connection, text
 
-from ett_core import JobComputation, Segment
+from ett_core import JobComputation, JobResult, Segment
+from ett_core.checkpoints import AttemptCheckpoints
 from ett_core.rollup import split_at_hours
 
 from . import copy_text as fmt
@@ -40,6 +45,8 @@ class JobRows:
     # The first `stable[0]` segments, which the next resumed computation repeats
     # (ett_core.resume): their line count and held, effective and at-risk GPU-us.
     stable: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    # The checkpoint facts stored with these rows (table `checkpoint_attempts`).
+    checkpoints: tuple[AttemptCheckpoints, ...] = ()
     # Rows made from other rows (a resumed job's): those rows, the lines they share
     # at least, and the rollup cells that may differ.
     since: tuple[JobRows, int, frozenset[RollupKey]] | None = field(
@@ -169,10 +176,11 @@ class RowFormatter:
                 else:  # no piece is left in it (every piece holds GPU time)
                     cells.pop(key, None)
             return JobRows(job_id, res.model, res.team, running, job_line, attempt_lines,
-                           segment_lines, cells, marks,
+                           segment_lines, cells, marks, comp.checkpoints,
                            (old, old.stable[1], frozenset(touched)))
         return JobRows(job_id, res.model, res.team, running, job_line, attempt_lines,
-                       segment_lines, {k: (v[0], v[1]) for k, v in rollup.items()}, marks)
+                       segment_lines, {k: (v[0], v[1]) for k, v in rollup.items()}, marks,
+                       comp.checkpoints)
 
 
 CHECKPOINT_COLUMNS = ("job_id", "attempt", "model", "team", "started_at", "gpus", "held_us",
@@ -180,14 +188,76 @@ CHECKPOINT_COLUMNS = ("job_id", "attempt", "model", "team", "started_at", "gpus"
                       "lost_progress_us", "ttr_us")
 
 
-def checkpoint_lines(job_id: str, comp: JobComputation, ts: fmt.Timestamps) -> list[str]:
-    """The job's per-attempt checkpoint facts (table `checkpoint_attempts`) as COPY lines."""
-    res = comp.result
+def checkpoint_lines(job_id: str, named: JobResult | JobRows,
+                     facts: Sequence[AttemptCheckpoints], ts: fmt.Timestamps) -> list[str]:
+    """Per-attempt checkpoint facts (table `checkpoint_attempts`) of the job `named` (its
+    model and team) as COPY lines."""
     head = f"{fmt.text(job_id)}\t"
-    labels = f"{fmt.text(res.model)}\t{fmt.text(res.team)}\t"
+    labels = f"{fmt.text(named.model)}\t{fmt.text(named.team)}\t"
     return [
         f"{head}{c.attempt}\t{labels}{ts(c.start_us)}\t{c.gpus}\t{c.held_us}\t"
         f"{fmt.boolean(c.interrupted)}\t{c.blocking_save_us}\t{c.durable_checkpoints}\t"
         f"{{{','.join(map(str, c.intervals_us))}}}\t{c.lost_progress_us}\t{fmt.opt(c.ttr_us)}\n"
-        for c in comp.checkpoints
+        for c in facts
     ]
+
+
+def replace_checkpoint_facts(conn: Connection, job_ids: Sequence[str],
+                             computed: Mapping[str, JobComputation],
+                             pairs: Sequence[tuple[JobRows, JobRows]] = ()) -> None:
+    """Replace the checkpoint facts of `job_ids` by those of `computed` (a job absent from
+    it keeps none), and for each (old, new) of `pairs` (the rows stored now, and the next)
+    rewrite only the attempts whose facts changed."""
+    ts = fmt.Timestamps()
+    lines = [line for job_id in job_ids if (comp := computed.get(job_id)) is not None
+             for line in checkpoint_lines(job_id, comp.result, comp.checkpoints, ts)]
+    gone: tuple[list[str], list[int]] = ([], [])
+    sums: dict[str, list[Any]] = {c: [] for c in _CHECKPOINT_SUMS}
+    for old, new in pairs:
+        before = {c.attempt: c for c in old.checkpoints}
+        moved = (old.model, old.team) != (new.model, new.team)
+        for now in new.checkpoints:
+            was = before.pop(now.attempt, None)
+            if was == now:
+                continue
+            if not moved and was is not None and was.intervals_us == now.intervals_us and (
+                    was.start_us, was.gpus) == (now.start_us, now.gpus):
+                # A running attempt's sums grow every pass; its intervals (one number per
+                # checkpoint: long for an old job) stay in place.
+                for column, values in sums.items():
+                    values.append(new.job_id if column == "job_id" else getattr(now, column))
+                continue
+            if was is not None:
+                gone[0].append(new.job_id)
+                gone[1].append(now.attempt)
+            lines.extend(checkpoint_lines(new.job_id, new, (now,), ts))
+        for attempt in before:
+            gone[0].append(new.job_id)
+            gone[1].append(attempt)
+    if job_ids:
+        conn.execute(text("DELETE FROM checkpoint_attempts WHERE job_id = ANY(:ids)"),
+                     {"ids": list(job_ids)})
+    if gone[0]:
+        conn.execute(text(
+            "DELETE FROM checkpoint_attempts c USING unnest(CAST(:jobs AS text[]),"
+            " CAST(:nums AS int[])) AS d(job_id, attempt)"
+            " WHERE c.job_id = d.job_id AND c.attempt = d.attempt"),
+            {"jobs": gone[0], "nums": gone[1]})
+    if sums["job_id"]:
+        conn.execute(text(_UPDATE_CHECKPOINT_SUMS), sums)
+    if lines:
+        raw = conn.connection.driver_connection
+        with raw.cursor() as cur:  # type: ignore[union-attr]
+            fmt.copy_rows(cur, "checkpoint_attempts", CHECKPOINT_COLUMNS, lines)
+
+
+_CHECKPOINT_SUMS = {"job_id": "text", "attempt": "int", "held_us": "bigint",
+                    "interrupted": "boolean", "blocking_save_us": "bigint",
+                    "durable_checkpoints": "int", "lost_progress_us": "bigint",
+                    "ttr_us": "bigint"}
+_UPDATE_CHECKPOINT_SUMS = (
+    "UPDATE checkpoint_attempts c SET "
+    + ", ".join(f"{n} = u.{n}" for n in list(_CHECKPOINT_SUMS)[2:])
+    + " FROM unnest(" + ", ".join(f"CAST(:{n} AS {t}[])" for n, t in _CHECKPOINT_SUMS.items())
+    + f") AS u({', '.join(_CHECKPOINT_SUMS)})"
+    " WHERE c.job_id = u.job_id AND c.attempt = u.attempt")

@@ -17,13 +17,13 @@ import orjson
 from psycopg.types.json import set_json_loads
 from sqlalchemy import Connection, text
 
-from ett_core import Event, JobComputation
+from ett_core import Event
 from ett_core.events import ATTRS_READ, NO_ATTRS
 from ett_core.instants import HOUR_US, us_to_dt
 from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
-from .result_rows import CHECKPOINT_COLUMNS, JobRows, RollupKey, RowFormatter, checkpoint_lines
+from .result_rows import JobRows, RollupKey, RowFormatter
 
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).
@@ -278,7 +278,7 @@ def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
     cells of the current hour and its attempt grow. Segments compare by position (seq),
     rollup cells by key, attempts by number; the job row itself always changes.
     """
-    seg_jobs, seg_from, seg_lines = [], [], []
+    seg_jobs, seg_seqs, seg_lines = [], [], []
     att_jobs, att_nums, att_lines = [], [], []
     roll_keys, roll_lines = [], []
     for old, new in pairs:
@@ -290,9 +290,11 @@ def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
         limit = min(len(a), len(b))
         while same < limit and a[same] == b[same]:
             same += 1
-        if same < len(old.segment_lines):
-            seg_jobs.append(job)
-            seg_from.append(same)
+        # Each line by its key: a range of seqs per job made the planner scan every
+        # segment of every job (a hash join), and the table grows with history.
+        stale = range(same, len(old.segment_lines))
+        seg_jobs.extend([job] * len(stale))
+        seg_seqs.extend(stale)
         seg_lines.extend(new.segment_lines[same:])
         for num in old.attempt_lines.keys() | new.attempt_lines.keys():
             line = new.attempt_lines.get(num)
@@ -320,8 +322,8 @@ def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
     if seg_jobs:
         conn.execute(text(
             "DELETE FROM segments s USING unnest(CAST(:jobs AS text[]), CAST(:seqs AS int[]))"
-            " AS d(job_id, seq) WHERE s.job_id = d.job_id AND s.seq >= d.seq"),
-            {"jobs": seg_jobs, "seqs": seg_from})
+            " AS d(job_id, seq) WHERE s.job_id = d.job_id AND s.seq = d.seq"),
+            {"jobs": seg_jobs, "seqs": seg_seqs})
     if att_jobs:
         conn.execute(text(
             "DELETE FROM attempts a USING unnest(CAST(:jobs AS text[]), CAST(:nums AS int[]))"
@@ -419,22 +421,6 @@ def apply_deltas(conn: Connection, deltas: Deltas) -> None:
     _bulk_add(conn, "settled_totals",
               {"model": "text", "team": "text", "component": "text", "owner": "text"},
               ("settled_gpu_us",), totals)
-
-
-def replace_checkpoint_facts(conn: Connection, job_ids: Sequence[str],
-                             computed: Mapping[str, JobComputation]) -> None:
-    """Replace the checkpoint facts of `job_ids` by those of `computed` (a job absent from
-    it keeps none)."""
-    if not job_ids:
-        return
-    conn.execute(text("DELETE FROM checkpoint_attempts WHERE job_id = ANY(:ids)"),
-                 {"ids": list(job_ids)})
-    ts = fmt.Timestamps()
-    lines = [line for job_id in job_ids if (comp := computed.get(job_id)) is not None
-             for line in checkpoint_lines(job_id, comp, ts)]
-    raw = conn.connection.driver_connection
-    with raw.cursor() as cur:  # type: ignore[union-attr]
-        fmt.copy_rows(cur, "checkpoint_attempts", CHECKPOINT_COLUMNS, lines)
 
 
 def requeue(conn: Connection, firsts: Mapping[str, int]) -> None:

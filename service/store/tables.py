@@ -101,6 +101,9 @@ jobs = Table(
     # The jobs with queue time (scheduler-reported attempts): what a window's queue reads.
     Index("ix_jobs_queued_last_at", "last_at",
           postgresql_where=text("(result ->> 'queue_seconds')::float8 > 0")),
+    # Running jobs' rows are rewritten every pass: their result stays inline, uncompressed
+    # (migration 0013).
+    postgresql_with={"toast_tuple_target": 8160},
 )
 
 attempts = Table(

@@ -57,7 +57,10 @@ def test_resumed_passes_store_what_a_recompute_from_nothing_stores(api, db_engin
             done = 300.0 + later
         agg.clock = fixed(BASE + timedelta(minutes=305.7 + later))
         agg.run_pass()
-    assert agg.cache_stats()["resumed"] >= 5
+    stats = agg.cache_stats()
+    assert stats["resumed"] >= 5
+    # New heartbeats after the scan's last event are all a pass reads (ett_core.tail_scan).
+    assert stats["read_after_scan"] >= 4
     now = BASE + timedelta(minutes=365.7)
     assert results_state(db_engine) == _from_nothing(db_engine, now)
 
@@ -83,6 +86,33 @@ def test_an_event_before_the_cut_makes_the_pass_compute_the_job_from_all_events(
     agg.clock = fixed(now := now + timedelta(minutes=1))
     agg.run_pass()
     assert agg.cache_stats()["resumed"] == resumed
+    with db_engine.connect() as conn:
+        stalls = conn.execute(text("SELECT count(*) FROM segments WHERE phase = 'data_stall'"))
+        assert stalls.scalar_one() > 0
+    assert results_state(db_engine) == _from_nothing(db_engine, now)
+
+
+def test_an_event_after_the_cut_but_before_the_latest_scanned_one_is_read_from_the_cut(
+        api, db_engine) -> None:
+    post_all(api, _trainer(300))  # the latest save starts at minute 305: the cut
+    now = BASE + timedelta(minutes=305.7)
+    agg = Aggregator(db_engine, Taxonomy.default(), heartbeat_timeout_s=TIMEOUT_S,
+                     clock=fixed(now))
+    agg.run_pass()
+    for since in (300, 301):  # heartbeats up to minute 306, then up to 307
+        post_all(api, _trainer(since + 1, since=since))
+        agg.clock = fixed(now := now + timedelta(minutes=1))
+        agg.run_pass()
+    stats = agg.cache_stats()
+    assert (stats["resumed"], stats["read_after_scan"]) == (2, 1)
+    # A data stall reported late, after the cut but before the latest heartbeat: the scan
+    # cannot take it, the snapshot from its cut can.
+    post_all(api, [event("phase_start", 306.1, job_id=JOB, model=MODEL, phase="data_stall"),
+                   event("phase_end", 306.2, job_id=JOB, model=MODEL, phase="data_stall")])
+    agg.clock = fixed(now := now + timedelta(minutes=1))
+    agg.run_pass()
+    stats = agg.cache_stats()
+    assert (stats["resumed"], stats["read_after_scan"]) == (3, 1)
     with db_engine.connect() as conn:
         stalls = conn.execute(text("SELECT count(*) FROM segments WHERE phase = 'data_stall'"))
         assert stalls.scalar_one() > 0

@@ -5,10 +5,19 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ett_core import Event
 from ett_core.events import order_events
-from ett_core.instants import format_rfc3339_us, parse_instant_us, parse_rfc3339_us
+from ett_core.instants import (
+    MAX_TS_US,
+    MIN_TS_US,
+    format_rfc3339_us,
+    parse_instant_us,
+    parse_rfc3339_us,
+    us_to_dt,
+)
 
 
 def wire_event(**overrides):
@@ -32,6 +41,16 @@ def test_from_wire_converts_the_timestamp_to_utc_microseconds():
     assert event.ts_us == parse_rfc3339_us("2024-05-01T10:00:00.25Z")
     assert format_rfc3339_us(event.ts_us) == "2024-05-01T10:00:00.250000Z"
     assert (event.phase, event.rank, event.attrs) == ("training", 0, {"background": True})
+
+
+@given(st.integers(MIN_TS_US, MAX_TS_US))
+def test_an_instant_is_formatted_as_its_datetime_reads_and_parses_back(ts_us):
+    moment = us_to_dt(ts_us)
+    base = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    expected = f"{base}.{moment.microsecond:06d}Z" if moment.microsecond else f"{base}Z"
+    assert format_rfc3339_us(ts_us) == expected
+    if moment.year >= 1000:  # strftime writes earlier years with fewer digits
+        assert parse_rfc3339_us(format_rfc3339_us(ts_us)) == ts_us
 
 
 def test_from_wire_fills_absent_optional_fields_with_none():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -156,6 +157,13 @@ def _check(rng: random.Random) -> None:
                 assert alone is not None
                 _same(alone, full)
         else:
+            # Continued from the snapshot's scan or not, the answer and the next snapshot
+            # are the same: the scan is what scanning the tail again would give.
+            again = resume_job(replace(snap, scan=None), due, taxonomy=TAXONOMY, now_us=now,
+                               heartbeat_timeout_us=TIMEOUT_US)
+            assert again is not None
+            _same(again[0], resumed[0])
+            assert again[1] == resumed[1]
             comp, snap = resumed
         _same(comp, full)
 

@@ -40,7 +40,7 @@ HOT_PATHS = {
     "aggregate: replace a chunk's rows": [
         "service.store.results:_DELETE_ROLLUP", "service.store.results:delete_job_rows",
         "service.store.results:update_jobs", "service.store.impact:replace_job_impact",
-        "service.store.results:replace_checkpoint_facts"],
+        "service.store.result_rows:replace_checkpoint_facts"],
     "read: one job": [
         "service.store.queries:job_result", "service.store.queries:job_has_events",
         "service.store.queries:job_segments", "service.store.queries:job_marks",
