@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +24,8 @@ from service.settings import Settings
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
 from service.wire.batch import ValidatedBatch, validate_batch
-from service.wire.body import json_object, read_body
+from service.wire.body import Receive, json_object, receive_body
+from service.wire.deadlines import BodyDeadlines
 from service.wire.job_claims import ClaimCache, JobClaimsCheck
 from service.wire.span_mapping import SpanMapping
 from service.wire.spans import SpanEvents, events_of
@@ -263,6 +264,7 @@ class Ingestion:
         self.in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
                                        limits.max_in_flight_per_token)
         self.claims = ClaimCache()
+        self.deadlines = BodyDeadlines(limits.body_deadline_s)
         fair_lag_s = limits.fair_lag_s
         self.fair = FairQueue(
             lambda: fair_lag_s > 0 and self.loop_lag.lag_s >= fair_lag_s,
@@ -300,9 +302,7 @@ class Ingestion:
 
 def ingestion(request: Request) -> Ingestion:
     """The app's ingest flow (`app.state.ingestion`, set by `create_app`). Read from the
-    request rather than as a dependency: these two routes are the hot path, and
-    `POST /v1/events` is served past FastAPI's stack (service/api/app.py) only while its
-    endpoint takes the request alone."""
+    request rather than as a dependency: these two routes are the hot path."""
     return request.app.state.ingestion
 
 
@@ -322,15 +322,24 @@ event_writer = writer_of("events")
     },
 )
 async def post_events(request: Request) -> Response:
-    # The caller checked inline, as the dependency would: the fast path solves nothing.
+    # The caller checked inline, as the dependency would: nothing for FastAPI to solve.
+    # `service.api.events_route` serves this route ahead of FastAPI, by the same steps.
     principal = await event_writer(request)
-    flow = ingestion(request)
+    answer = await take_events(ingestion(request), principal, request.scope["headers"],
+                               request.receive)
+    return Response(answer, status_code=202, media_type="application/json")
+
+
+async def take_events(flow: Ingestion, principal: Principal,
+                      headers: Iterable[tuple[bytes, bytes]], receive: Receive) -> bytes:
+    """A `POST /v1/events` request of a writer: admitted, read, decided and stored; the
+    202 answer's JSON."""
     limits = flow.limits
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
         await flow.turn(token)
-        body = await read_body(request, limit=limits.max_body_bytes,
-                               deadline_s=limits.body_deadline_s, charge=charge)
+        body = await receive_body(headers, receive, limit=limits.max_body_bytes,
+                                  deadlines=flow.deadlines, charge=charge)
         if len(body) <= INLINE_MAX_BYTES:
             batch = decide_events(body, principal, flow.clock(), flow.deciding)
         else:
@@ -347,8 +356,7 @@ async def post_events(request: Request) -> Response:
         moved=checked.moved,
     )
     flow.report(outcome, principal.token_id, "ingest")
-    return Response(orjson.dumps(outcome.to_wire()), status_code=202,
-                    media_type="application/json")
+    return orjson.dumps(outcome.to_wire())
 
 
 @router.post(
@@ -368,9 +376,9 @@ async def post_traces(request: Request, principal: SpanWriter) -> Response:
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
         await flow.turn(token)
-        body = await read_body(request, limit=flow.limits.max_body_bytes,
-                               deadline_s=flow.limits.body_deadline_s,
-                               media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
+        body = await receive_body(request.scope["headers"], request.receive,
+                                  limit=flow.limits.max_body_bytes, deadlines=flow.deadlines,
+                                  media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
         mapped, batch = await flow.work.run(decide_spans, body, media, principal,
                                             flow.clock(), flow.deciding)
         del body
