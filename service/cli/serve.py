@@ -31,6 +31,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
 
     from service.api.app import create_app
     from service.api.context import build_context
+    from service.api.events_route import front_door
     from service.store import migrate
     from service.store.engine import open_database
 
@@ -46,6 +47,10 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         app = create_app(ctx)
         config = uvicorn.Config(app, host=host, port=port, log_level=settings.log_level.lower(),
                                 access_log=False, timeout_graceful_shutdown=10)
+        # The routes a fleet calls most are answered before the layers uvicorn puts around
+        # the app (its proxy-headers middleware first), which they do not need.
+        config.load()
+        config.loaded_app = front_door(config.loaded_app, app.state.fast_routes)
         server = uvicorn.Server(config)
         base = f"http://{host}:{port}"
         print(f"ETT telemetry listening on {base}", flush=True)
