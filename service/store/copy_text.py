@@ -188,6 +188,8 @@ class EventRows:
         listed = list(rows)
         if not listed:
             return EMPTY
+        if len(listed) == 1:  # the usual batch of a small writer: no transposing to do
+            return EventRows(*([value] for value in listed[0]))
         # Rows are EventRow tuples, all of one length: zip needs no strictness here.
         return EventRows(*map(list, zip(*listed)))  # noqa: B905
 
