@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -133,22 +132,30 @@ class InFlightLimit:
         else:
             del self.by_token[token]
 
-    @contextmanager
-    def admitted(self, token: str) -> Iterator[Callable[[int], None]]:
-        """Hold one slot of `token` for the block; yield the byte charger, whose bytes are
-        given back with the slot."""
+    def admitted(self, token: str) -> Admitted:
+        """One slot of `token`, held for a `with` block, whose value is the byte charger;
+        the bytes it charged are given back with the slot."""
         self.admit(token)
-        charged = 0
+        return Admitted(self, token)
 
-        def charge(n: int) -> None:
-            nonlocal charged
-            self.charge(n)
-            charged += n
 
-        try:
-            yield charge
-        finally:
-            self.release(charged, token)
+class Admitted:
+    """A slot of `InFlightLimit` (a class, not a generator: this is every request's path)."""
+
+    __slots__ = ("_limit", "_token", "charged")
+
+    def __init__(self, limit: InFlightLimit, token: str) -> None:
+        self._limit, self._token, self.charged = limit, token, 0
+
+    def __enter__(self) -> Callable[[int], None]:
+        return self.charge
+
+    def charge(self, n: int) -> None:
+        self._limit.charge(n)
+        self.charged += n
+
+    def __exit__(self, *_exc: object) -> None:
+        self._limit.release(self.charged, self._token)
 
 
 def age_limit(limits: IngestLimits, principal: Principal) -> tuple[float, bool]:

@@ -44,6 +44,7 @@ from .rejections import every_error
 # so each is matched against the pattern once rather than in every batch. Bounded: when
 # full it starts again (a miss costs one match).
 _KNOWN_NAMES: set[str] = set()
+_new_row = tuple.__new__
 MAX_KNOWN_NAMES = 100_000
 # What `datetime.fromisoformat` and PostgreSQL's timestamptz input read identically, already
 # in UTC, to the microsecond: stored as sent. Other offsets take the slow path (normalised).
@@ -126,9 +127,9 @@ def _plain_row(obj: Any, lo: datetime, hi: datetime, names: set[str]) -> EventRo
         attrs = attrs_json(get("attrs"), etype)
     except WireError:
         return None
-    return EventRow(event_id=event_id, ts=ts, job_id=job_id, attempt=attempt, model=model,
-                    type=etype, phase=phase, gpus=gpus, team=team, rank=rank, attrs=attrs,
-                    extra=None)
+    # EventRow's fields in order, as one tuple: a quarter of the keyword call's cost.
+    return _new_row(EventRow, (event_id, ts, job_id, attempt, model, etype, phase, gpus,
+                               team, rank, attrs, None))
 
 
 def _fast_row(obj: Any, lo: datetime, hi: datetime, names: set[str]) -> EventRow | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -37,14 +38,23 @@ ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
 def check_media_type(content_type: str | None, media_types: Iterable[str]) -> None:
     if content_type is None:
         return  # curl and older clients omit it; the body is still parsed strictly
+    refusal = _media_refusal(content_type, tuple(media_types))
+    if refusal is not None:
+        raise UnsupportedMediaType(refusal)
+
+
+@lru_cache(maxsize=256)
+def _media_refusal(content_type: str, allowed: tuple[str, ...]) -> str | None:
+    # Cached: a fleet sends one or two spellings of its Content-Type all day.
     media = content_type.split(";", 1)[0].strip().lower()
-    allowed = tuple(media_types)
-    if media not in allowed:
-        raise UnsupportedMediaType(
-            f"Content-Type {media!r} is not accepted here; send {' or '.join(allowed)}")
+    if media in allowed:
+        return None
+    return f"Content-Type {media!r} is not accepted here; send {' or '.join(allowed)}"
 
 
 def _decompressor(encoding: str | None) -> zlib._Decompress | None:  # type: ignore[name-defined]
+    if encoding is None:
+        return None
     name = (encoding or "identity").strip().lower()
     if name == "identity":
         return None
