@@ -169,7 +169,7 @@ class EventRows:
 
     def take(self, at: Sequence[int]) -> EventRows:
         """The rows at these positions, in this order."""
-        return EventRows(*([column[i] for i in at] for column in self.columns()))
+        return _trusted([[column[i] for i in at] for column in self.columns()])
 
     def is_scheduler(self, i: int) -> bool:
         """Whether row `i` is a scheduler's event: its attrs say `"source": "scheduler"`
@@ -189,9 +189,9 @@ class EventRows:
         if not listed:
             return EMPTY
         if len(listed) == 1:  # the usual batch of a small writer: no transposing to do
-            return EventRows(*([value] for value in listed[0]))
+            return _trusted([[value] for value in listed[0]])
         # Rows are EventRow tuples, all of one length: zip needs no strictness here.
-        return EventRows(*map(list, zip(*listed)))  # noqa: B905
+        return _trusted(map(list, zip(*listed)))  # noqa: B905
 
     @staticmethod
     def concat(parts: Sequence[EventRows]) -> EventRows:
@@ -200,11 +200,23 @@ class EventRows:
             return parts[0]
         if not parts:
             return EMPTY
-        return EventRows(*(list(chain.from_iterable(column)) for column in
-                           zip(*map(_columns_of, parts))))  # noqa: B905 - equal by type
+        return _trusted(list(chain.from_iterable(column)) for column in
+                        zip(*map(_columns_of, parts)))  # noqa: B905 - equal by type
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(EventRows))
 _columns_of = attrgetter(*COLUMNS)
 assert EventRow._fields == COLUMNS, "EventRow and EventRows name the same columns"
+_SETTERS = tuple(getattr(EventRows, name).__set__ for name in COLUMNS)
+_new = object.__new__
+
+
+def _trusted(columns: Iterable[list[object]]) -> EventRows:
+    """Columns of one length by construction (rows transposed, columns taken or joined),
+    set without the frozen dataclass's `__init__` and its length check: a third of their
+    cost, which a 1-event request paid twice (docs/performance.md, issue 30)."""
+    rows = _new(EventRows)
+    for set_column, column in zip(_SETTERS, columns, strict=True):
+        set_column(rows, column)
+    return rows
 EMPTY = EventRows(*([] for _ in COLUMNS))
