@@ -101,6 +101,54 @@ def copy_rows(cursor: object, table: str, columns: Sequence[str], lines: list[st
         copy.write("".join(lines).encode())
 
 
+def as_text(column: Sequence[object]) -> list[str | None]:
+    """A column's values as the text PostgreSQL casts from (None stays None)."""
+    if all(type(v) is str or v is None for v in column):
+        return list(column)  # type: ignore[arg-type]
+    return [None if v is None else str(v) for v in column]
+
+
+_ESCAPED = ("\\", "\t", "\n", "\r")
+
+
+def _copy_column(column: Sequence[object]) -> list[str]:
+    """A column as COPY text fields: NULL for None, escaped only where a value needs it
+    (names and stamps never do; JSON text may hold a backslash)."""
+    values = as_text(column)
+    present = "".join(v for v in values if v is not None)
+    if any(special in present for special in _ESCAPED):
+        return [text(v) for v in values]
+    return [NULL if v is None else v for v in values]
+
+
+def copy_payload(rows: EventRows) -> bytes:
+    """The rows as one COPY text payload, sorted by event_id (`service.store.events` says
+    why).
+
+    Built as if no value needed escaping, then checked once: the payload holds exactly the
+    tabs and newlines between fields and rows, a backslash per NULL and no carriage return
+    only if no value held one of them. Checking each column for them first cost a small
+    group more than the rest of its payload (docs/performance.md, issue 30)."""
+    columns = rows.columns()
+    fields = [[NULL if v is None else v if type(v) is str else str(v) for v in column]
+              for column in columns]
+    lines = list(map("\t".join, zip(*fields, strict=True)))
+    lines.sort()
+    payload = "\n".join(lines) + "\n"
+    if (payload.count("\\") != sum(column.count(None) for column in columns)
+            or payload.count("\t") != len(lines) * (len(columns) - 1)
+            or payload.count("\n") != len(lines) or "\r" in payload):
+        return _escaped_payload(rows)
+    return payload.encode()
+
+
+def _escaped_payload(rows: EventRows) -> bytes:
+    fields = [_copy_column(column) for column in rows.columns()]
+    lines = ["\t".join(row) for row in zip(*fields, strict=True)]
+    lines.sort()
+    return ("\n".join(lines) + "\n").encode()
+
+
 class EventRow(NamedTuple):
     """One event as stored, field by field (`EventRows` holds the same fields as columns)."""
 

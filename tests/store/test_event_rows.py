@@ -8,8 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.store.copy_text import COLUMNS, EMPTY, EventRow, EventRows
-from service.store.events import _escaped_payload, copy_payload, rows_json
+from service.store.copy_text import (
+    COLUMNS,
+    EMPTY,
+    EventRow,
+    EventRows,
+    _escaped_payload,
+    copy_payload,
+)
+from service.store.events import rows_json
 from service.store.tables import events
 
 

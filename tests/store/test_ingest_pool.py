@@ -13,14 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from service.access.auth import Principal
-from service.store.copy_text import EventRows
-from service.store.events import (
-    COPY_MIN_ROWS,
-    INSERT_SQL,
-    copy_payload,
-    copy_script,
-    store_rows_async,
-)
+from service.store.copy_text import EventRows, copy_payload
+from service.store.events import COPY_MIN_ROWS, INSERT_SQL, copy_script, store_rows_async
 from service.store.ingest_pool import IngestPool, libpq_conninfo
 from service.wire.batch import validate_batch
 from tests.factories import event
