@@ -2,9 +2,10 @@
 
 `wire/` builds an `EventRows` (every value already decided, names validated, timestamps as
 RFC 3339 text PostgreSQL reads as the instant meant, attrs and unknown fields as orjson's
-JSON text), one typed column per field of table `events`; `store/events` alone turns it
-into COPY text or the fallback statement's JSON. A new column is a field here, filled by
-`wire/` and read by `store/` by its name.
+JSON text), one typed column per field of table `events`; only `store/` turns it into
+text: the COPY payload here (`copy_payload`), the fallback statement's JSON in
+`store/events`. A new column is a field here, filled by `wire/` and read by `store/` by its
+name.
 
 The fields below are PostgreSQL's COPY text format (the cheapest way in for bulk rows),
 shared by ingest and the aggregator's result rows: a tab ends a field, a newline a row,
