@@ -167,9 +167,13 @@ class EventRow(NamedTuple):
     extra: str | None  # JSON text: the fields the contract does not know, kept
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventRows:
-    """A batch of validated events, column by column: row `i` is every column's item `i`."""
+    """A batch of validated events, column by column: row `i` is every column's item `i`.
+
+    Treated as immutable (`take`, `concat` and `dataclasses.replace` make new batches) but
+    not frozen: a frozen dataclass sets each of its twelve columns through
+    `object.__setattr__`, and building one cost a 1-event request ~5 us (issue 30)."""
 
     event_id: Sequence[str]
     ts: Sequence[str]
@@ -256,16 +260,16 @@ class EventRows:
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(EventRows))
 _columns_of = attrgetter(*COLUMNS)
 assert EventRow._fields == COLUMNS, "EventRow and EventRows name the same columns"
-_SETTERS = tuple(getattr(EventRows, name).__set__ for name in COLUMNS)
-_new = object.__new__
 
 
 def _trusted(columns: Iterable[list[object]]) -> EventRows:
-    """Columns of one length by construction (rows transposed, columns taken or joined),
-    set without the frozen dataclass's `__init__` and its length check: a third of their
-    cost, which a 1-event request paid twice (docs/performance.md, issue 30)."""
-    rows = _new(EventRows)
-    for set_column, column in zip(_SETTERS, columns, strict=True):
-        set_column(rows, column)
+    """Columns of one length by construction (rows transposed, columns taken or joined):
+    the batch without `__post_init__`'s length check."""
+    rows = object.__new__(EventRows)
+    # Every column, in COLUMNS' order (a column added to the class and not here fails here).
+    (rows.event_id, rows.ts, rows.job_id, rows.attempt, rows.model, rows.type, rows.phase,
+     rows.gpus, rows.team, rows.rank, rows.attrs, rows.extra) = columns
     return rows
+
+
 EMPTY = EventRows(*([] for _ in COLUMNS))
