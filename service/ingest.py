@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -280,12 +280,12 @@ class Ingestion:
         self.work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
                              preload=(__name__,))
 
-    async def turn(self, token: str) -> None:
-        """Wait for `token`'s turn at work (`service.fair_queue`)."""
+    def turn(self, token: str) -> Awaitable[None] | None:
+        """None when `token`'s request may go to work now (the usual answer, given without
+        a coroutine), else its turn to await (`service.fair_queue`)."""
         self.loop_lag.follow(asyncio.get_running_loop())
         turn = self.fair.enter(token)
-        if turn is not None:
-            await self.fair.wait(token, turn)
+        return None if turn is None else self.fair.wait(token, turn)
 
     async def stored(self, batch: ValidatedBatch, team: str | None
                      ) -> tuple[int, JobClaimsCheck]:
@@ -344,7 +344,8 @@ async def take_events(flow: Ingestion, principal: Principal,
     limits = flow.limits
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
-        await flow.turn(token)
+        if (turn := flow.turn(token)) is not None:
+            await turn
         body = await receive_body(headers, receive, limit=limits.max_body_bytes,
                                   deadlines=flow.deadlines, charge=charge)
         if len(body) <= INLINE_MAX_BYTES:
@@ -382,7 +383,8 @@ async def post_traces(request: Request, principal: SpanWriter) -> Response:
     media = otlp.media_type_of(request.headers.get("content-type"))
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
-        await flow.turn(token)
+        if (turn := flow.turn(token)) is not None:
+            await turn
         body = await receive_body(request.scope["headers"], request.receive,
                                   limit=flow.limits.max_body_bytes, deadlines=flow.deadlines,
                                   media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
