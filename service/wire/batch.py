@@ -152,7 +152,7 @@ def _learn_names(obj: Any, names: set[str]) -> None:
 
 
 @lru_cache(maxsize=64)
-def _span(seconds: float) -> timedelta:
+def timedelta_of(seconds: float) -> timedelta:
     # A timedelta from a float costs more than the subtraction it is made for.
     return timedelta(seconds=seconds)
 
@@ -183,7 +183,7 @@ def validate_batch(
     names = _KNOWN_NAMES
     scope: dict[tuple[str, str | None, bool], str | None] = {}
     duplicates = 0
-    lo, hi = now - _span(max_age_s), now + _span(max_future_s)
+    lo, hi = now - timedelta_of(max_age_s), now + timedelta_of(max_future_s)
     for index, obj in enumerate(raw):
         row = _fast_row(obj, lo, hi, names)
         if row is None:
