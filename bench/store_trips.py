@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 
 from service.access.auth import Principal
-from service.store.copy_text import EventRows
-from service.store.events import COPY_SQL, QUEUE_SQL, _queue_params, copy_payload, store_rows_async
+from service.store.copy_text import EventRows, copy_payload
+from service.store.events import COPY_SQL, QUEUE_SQL, _queue_params, store_rows_async
 from service.wire.batch import validate_batch
 
 from .common import Postgres, libpq_url, record

@@ -135,8 +135,10 @@ class FairQueue:
                     self._sum_at = now
 
     def _count(self, token: str, now: float) -> None:
-        self._recent[token] = (self.recent(token, now) + 1.0, now)
-        self._sum = self._decayed(self._sum, self._sum_at, now) + 1.0
+        # `recent` and `_decayed` inlined: this runs for every request let in.
+        value, at = self._recent.get(token, (0.0, now))
+        self._recent[token] = (value * 0.5 ** ((now - at) / HALF_LIFE_S) + 1.0, now)
+        self._sum = self._sum * 0.5 ** ((now - self._sum_at) / HALF_LIFE_S) + 1.0
         self._sum_at = now
 
     def _forget(self, token: str, turn: asyncio.Future[None]) -> None:

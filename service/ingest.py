@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +23,8 @@ from service.settings import Settings
 from service.store.ingest_pool import IngestPool
 from service.wire import otlp
 from service.wire.batch import ValidatedBatch, validate_batch
-from service.wire.body import json_object, read_body
+from service.wire.body import Receive, json_object, receive_body
+from service.wire.deadlines import BodyDeadlines
 from service.wire.job_claims import ClaimCache, JobClaimsCheck
 from service.wire.span_mapping import SpanMapping
 from service.wire.spans import SpanEvents, events_of
@@ -132,22 +132,30 @@ class InFlightLimit:
         else:
             del self.by_token[token]
 
-    @contextmanager
-    def admitted(self, token: str) -> Iterator[Callable[[int], None]]:
-        """Hold one slot of `token` for the block; yield the byte charger, whose bytes are
-        given back with the slot."""
+    def admitted(self, token: str) -> Admitted:
+        """One slot of `token`, held for a `with` block, whose value is the byte charger;
+        the bytes it charged are given back with the slot."""
         self.admit(token)
-        charged = 0
+        return Admitted(self, token)
 
-        def charge(n: int) -> None:
-            nonlocal charged
-            self.charge(n)
-            charged += n
 
-        try:
-            yield charge
-        finally:
-            self.release(charged, token)
+class Admitted:
+    """A slot of `InFlightLimit` (a class, not a generator: this is every request's path)."""
+
+    __slots__ = ("_limit", "_token", "charged")
+
+    def __init__(self, limit: InFlightLimit, token: str) -> None:
+        self._limit, self._token, self.charged = limit, token, 0
+
+    def __enter__(self) -> Callable[[int], None]:
+        return self.charge
+
+    def charge(self, n: int) -> None:
+        self._limit.charge(n)
+        self.charged += n
+
+    def __exit__(self, *_exc: object) -> None:
+        self._limit.release(self.charged, self._token)
 
 
 def age_limit(limits: IngestLimits, principal: Principal) -> tuple[float, bool]:
@@ -263,6 +271,7 @@ class Ingestion:
         self.in_flight = InFlightLimit(limits.max_in_flight, limits.max_in_flight_bytes,
                                        limits.max_in_flight_per_token)
         self.claims = ClaimCache()
+        self.deadlines = BodyDeadlines(limits.body_deadline_s)
         fair_lag_s = limits.fair_lag_s
         self.fair = FairQueue(
             lambda: fair_lag_s > 0 and self.loop_lag.lag_s >= fair_lag_s,
@@ -271,12 +280,12 @@ class Ingestion:
         self.work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
                              preload=(__name__,))
 
-    async def turn(self, token: str) -> None:
-        """Wait for `token`'s turn at work (`service.fair_queue`)."""
+    def turn(self, token: str) -> Awaitable[None] | None:
+        """None when `token`'s request may go to work now (the usual answer, given without
+        a coroutine), else its turn to await (`service.fair_queue`)."""
         self.loop_lag.follow(asyncio.get_running_loop())
         turn = self.fair.enter(token)
-        if turn is not None:
-            await self.fair.wait(token, turn)
+        return None if turn is None else self.fair.wait(token, turn)
 
     async def stored(self, batch: ValidatedBatch, team: str | None
                      ) -> tuple[int, JobClaimsCheck]:
@@ -300,9 +309,7 @@ class Ingestion:
 
 def ingestion(request: Request) -> Ingestion:
     """The app's ingest flow (`app.state.ingestion`, set by `create_app`). Read from the
-    request rather than as a dependency: these two routes are the hot path, and
-    `POST /v1/events` is served past FastAPI's stack (service/api/app.py) only while its
-    endpoint takes the request alone."""
+    request rather than as a dependency: these two routes are the hot path."""
     return request.app.state.ingestion
 
 
@@ -322,15 +329,25 @@ event_writer = writer_of("events")
     },
 )
 async def post_events(request: Request) -> Response:
-    # The caller checked inline, as the dependency would: the fast path solves nothing.
+    # The caller checked inline, as the dependency would: nothing for FastAPI to solve.
+    # `service.api.events_route` serves this route ahead of FastAPI, by the same steps.
     principal = await event_writer(request)
-    flow = ingestion(request)
+    answer = await take_events(ingestion(request), principal, request.scope["headers"],
+                               request.receive)
+    return Response(answer, status_code=202, media_type="application/json")
+
+
+async def take_events(flow: Ingestion, principal: Principal,
+                      headers: Iterable[tuple[bytes, bytes]], receive: Receive) -> bytes:
+    """A `POST /v1/events` request of a writer: admitted, read, decided and stored; the
+    202 answer's JSON."""
     limits = flow.limits
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
-        await flow.turn(token)
-        body = await read_body(request, limit=limits.max_body_bytes,
-                               deadline_s=limits.body_deadline_s, charge=charge)
+        if (turn := flow.turn(token)) is not None:
+            await turn
+        body = await receive_body(headers, receive, limit=limits.max_body_bytes,
+                                  deadlines=flow.deadlines, charge=charge)
         if len(body) <= INLINE_MAX_BYTES:
             batch = decide_events(body, principal, flow.clock(), flow.deciding)
         else:
@@ -347,8 +364,7 @@ async def post_events(request: Request) -> Response:
         moved=checked.moved,
     )
     flow.report(outcome, principal.token_id, "ingest")
-    return Response(orjson.dumps(outcome.to_wire()), status_code=202,
-                    media_type="application/json")
+    return orjson.dumps(outcome.to_wire())
 
 
 @router.post(
@@ -367,10 +383,11 @@ async def post_traces(request: Request, principal: SpanWriter) -> Response:
     media = otlp.media_type_of(request.headers.get("content-type"))
     token = principal.token_id or ""
     with flow.in_flight.admitted(token) as charge:
-        await flow.turn(token)
-        body = await read_body(request, limit=flow.limits.max_body_bytes,
-                               deadline_s=flow.limits.body_deadline_s,
-                               media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
+        if (turn := flow.turn(token)) is not None:
+            await turn
+        body = await receive_body(request.scope["headers"], request.receive,
+                                  limit=flow.limits.max_body_bytes, deadlines=flow.deadlines,
+                                  media_types=(otlp.PROTOBUF, otlp.JSON), charge=charge)
         mapped, batch = await flow.work.run(decide_spans, body, media, principal,
                                             flow.clock(), flow.deciding)
         del body

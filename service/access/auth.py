@@ -146,6 +146,14 @@ class Authenticator:
             return answer
         return self.resolve(header)
 
+    async def resolve_on_loop(self, header: str | None) -> Principal:
+        """`resolve()` from the event loop: answered there when it needs no database, else
+        in a worker thread (a slow database never blocks the loop)."""
+        principal = self.resolve_now(header)
+        if principal is None:
+            principal = await run_in_threadpool(self.resolve, header)
+        return principal
+
     def require_admin(self, header: str | None) -> Principal:
         principal = self.authenticate(header)
         if not principal.is_admin:
@@ -177,15 +185,13 @@ class PreAuthMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith(self.PREFIXES):
             await self.app(scope, receive, send)
             return
-        header = _authorization(scope)
+        header = authorization(scope)
         if not header:
             await self.app(scope, receive, send)
             return
-        answer: Principal | EttError | None
+        answer: Principal | EttError
         try:
-            answer = self.auth.resolve_now(header)
-            if answer is None:
-                answer = await run_in_threadpool(self.auth.resolve, header)
+            answer = await self.auth.resolve_on_loop(header)
         except EttError as exc:
             answer = exc
         token = _RESOLVED.set((header, answer))
@@ -195,7 +201,7 @@ class PreAuthMiddleware:
             _RESOLVED.reset(token)
 
 
-def _authorization(scope: Any) -> str | None:
+def authorization(scope: Any) -> str | None:
     """The first Authorization header, as Starlette's `Headers.get` would return it."""
     for name, value in scope["headers"]:
         if name == b"authorization":

@@ -35,15 +35,19 @@ async def admin(request: Request) -> Principal:
     return authenticator(request).require_admin(request.headers.get("authorization"))
 
 
+def writing(principal: Principal, what: str) -> Principal:
+    """`principal`, if it may post `what` (events, spans): any role but a reader."""
+    if principal.role == "reader":
+        raise Forbidden(f"a reader token may not post {what}")
+    return principal
+
+
 def writer_of(what: str) -> Callable[[Request], Awaitable[Principal]]:
     """A token that may post `what` (events, spans): any role but a reader. Which models
     and teams it may write is decided event by event (service.wire.batch)."""
 
     async def writer(request: Request) -> Principal:
-        principal = await caller(request)
-        if principal.role == "reader":
-            raise Forbidden(f"a reader token may not post {what}")
-        return principal
+        return writing(await caller(request), what)
 
     writer.__name__ = f"writer_of_{what}"
     return writer

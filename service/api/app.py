@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,24 +13,27 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service import __version__, ingest
-from service.access.auth import Authenticator, PreAuthMiddleware
+from service.access.auth import PreAuthMiddleware
 from service.access.callers import caller
 from service.console import routes as console
 from service.errors import EttError
 from service.store.ingest_pool import IngestPool
 from service.wire.schema import openapi_components
 
-from . import admin_routes, advice_routes, health, impact_routes, read_routes
+from . import admin_routes, advice_routes, events_route, health, impact_routes, read_routes
 from .context import AppContext, Context
+from .events_route import ASGIApp, EventsRoute, error_response, front_door
 from .redoc import add_redoc
-from .request_metrics import HttpMetrics, MetricsMiddleware
+from .request_metrics import MetricsMiddleware
 
 # Every router but the admin one, which needs an aggregator.
 ROUTERS = (ingest.router, health.router, read_routes.router, advice_routes.router,
            impact_routes.router)
 
 
-def create_app(ctx: AppContext) -> FastAPI:
+def create_app(ctx: AppContext, *, fast: bool = True) -> FastAPI:
+    """The app over `ctx`; `fast=False` serves `POST /v1/events` through FastAPI's stack
+    too, as it is served under a root path (the tests hold the two ways' answers equal)."""
     # FastAPIOffline serves Swagger UI and ReDoc from its package, not from a CDN, so /docs
     # works on a machine without internet access.
     app: FastAPI = FastAPIOffline(
@@ -66,13 +68,16 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     # The pool's connections belong to the app's loop: closed as the app stops.
     app.router.lifespan_context = _closing(app.router.lifespan_context, ctx.ingest_pool)
-    _with_fast_routes(app, ingest.router.routes, ctx.http_metrics, ctx.auth)
+    if fast:
+        app.state.fast_routes = fast_routes(app, ctx)
+        _with_fast_routes(app, app.state.fast_routes)
+    else:
+        app.state.fast_routes = {}
     return app
 
 
 async def ett_error(_request: Request, exc: EttError) -> JSONResponse:
-    return JSONResponse({"detail": exc.message}, status_code=exc.status_code,
-                        headers=exc.headers)
+    return error_response(exc)
 
 
 async def metrics_endpoint(request: Request, ctx: Context) -> Response:
@@ -94,70 +99,30 @@ def openapi_schema(app: FastAPI) -> dict[str, Any]:
         schema["security"] = [{"bearer": []}]
         app.openapi_schema = schema
     return app.openapi_schema
-def _with_fast_routes(app: FastAPI, routes: list[Any], metrics: HttpMetrics,
-                      auth: Authenticator) -> None:
-    """Put a short way in for the routes a fleet calls most before the app's stack.
-
-    FastAPI's stack (its middlewares, the router, dependency solving) cost a 1-event
-    `POST /v1/events` about a third of its CPU (docs/performance.md). A route found here
-    is called straight from the outermost layer, inside the same request metrics and token
-    resolution as every route, its errors answered as the app's handler answers them."""
+def _with_fast_routes(app: FastAPI, routes: dict[tuple[str, str], ASGIApp]) -> None:
+    """Answer `routes` first inside the app too (for whatever calls the app itself: a test
+    client, an embedding); `ett serve` answers them before the server's own layers
+    (`events_route.front_door`)."""
     build = app.build_middleware_stack
 
     def build_with_fast_routes() -> Any:
-        stack = build()
-        fast = _fast_routes(app, routes, metrics, auth)
-        if not fast:
-            return stack
-
-        async def dispatch(scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] == "http":
-                route = fast.get((scope["method"], scope["path"]))
-                if route is not None:
-                    await route(scope, receive, send)
-                    return
-            await stack(scope, receive, send)
-
-        return dispatch
+        return front_door(build(), routes)
 
     app.build_middleware_stack = build_with_fast_routes  # type: ignore[method-assign]
 
 
-def _fast_routes(app: FastAPI, routes: list[Any], metrics: HttpMetrics, auth: Authenticator
-                 ) -> dict[tuple[str, str], Callable[[Any, Any, Any], Any]]:
-    """POST /v1/events (of `routes`, included without a prefix), when its endpoint takes
-    the request alone (nothing for FastAPI to solve) and no root path is to be honoured."""
-    out: dict[tuple[str, str], Callable[[Any, Any, Any], Any]] = {}
+def fast_routes(app: FastAPI, ctx: AppContext) -> dict[tuple[str, str], ASGIApp]:
+    """The routes served ahead of FastAPI: POST /v1/events while the ingest router (included
+    without a prefix) has it as `service.ingest.post_events`, which `EventsRoute` stands
+    for, and no root path is to be honoured."""
     if app.root_path:
-        return out
-    for route in routes:
-        if (isinstance(route, APIRoute) and route.path == "/v1/events"
-                and route.methods == {"POST"}
-                and list(inspect.signature(route.endpoint).parameters) == ["request"]):
-            out[("POST", route.path)] = _fast_route(route, metrics, auth)
-    return out
-
-
-def _fast_route(route: APIRoute, metrics: HttpMetrics, auth: Authenticator
-                ) -> Callable[[Any, Any, Any], Any]:
-    endpoint = route.endpoint
-
-    async def answer(scope: Any, receive: Any, send: Any) -> None:
-        request = Request(scope, receive, send)
-        try:
-            response = await endpoint(request)
-        except EttError as exc:
-            response = JSONResponse({"detail": exc.message}, status_code=exc.status_code,
-                                    headers=exc.headers)
-        await response(scope, receive, send)
-
-    inner = MetricsMiddleware(PreAuthMiddleware(answer, auth=auth), metrics=metrics)
-
-    async def fast(scope: Any, receive: Any, send: Any) -> None:
-        scope["route"] = route  # the metrics' label, as the router would record it
-        await inner(scope, receive, send)
-
-    return fast
+        return {}
+    for route in ingest.router.routes:
+        if (isinstance(route, APIRoute) and route.path == events_route.PATH
+                and route.methods == {"POST"} and route.endpoint is ingest.post_events):
+            return {("POST", route.path): EventsRoute(ctx.ingestion, ctx.auth,
+                                                      ctx.http_metrics)}
+    return {}
 
 
 def _closing(lifespan: Callable[[Any], Any], pool: IngestPool) -> Callable[[Any], Any]:

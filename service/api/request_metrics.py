@@ -2,47 +2,96 @@
 
 from __future__ import annotations
 
+import math
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from itertools import accumulate
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class HttpMetrics:
+    """The request and ingest-outcome metrics: `ett_http_request_duration_seconds` by method,
+    route and status, and `ett_events_ingested` by outcome.
+
+    Kept as plain numbers and rendered as prometheus_client's Histogram and Counter render
+    them (`tests/metrics/test_request_metrics.py` holds the text equal): the library's
+    objects took a lock and ~3 us of Python per observation, a tenth of what a whole 1-event
+    request may cost (docs/performance.md, issue 30). Every observation is made on the
+    event loop's thread (the ASGI layer times every route); a scrape from another thread
+    may see one observation half counted, as it may with the library's per-bucket locks.
+    """
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Histogram(
-            "ett_http_request_duration_seconds",
-            "HTTP request latency by route template, method and status code.",
-            ["method", "route", "status"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.events = Counter(
-            "ett_events_ingested",
-            "Events received by POST /v1/events, by outcome (accepted, duplicate, rejected).",
-            ["outcome"],
-            registry=registry,
-        )
-        self._outcomes = tuple(self.events.labels(o) for o in ("accepted", "duplicate",
-                                                                "rejected"))
-        # Children by (method, route, status): `labels()` costs a lock and a tuple each time.
-        self._series: dict[tuple[str, str, int], Any] = {}
+        self.requests = _Durations(LATENCY_BUCKETS)
+        registry.register(self.requests)
+        self.events = _Outcomes()
+        registry.register(self.events)
 
     def count_batch(self, accepted: int, duplicates: int, rejected: int) -> None:
-        for child, n in zip(self._outcomes, (accepted, duplicates, rejected), strict=True):
-            child.inc(n)
+        counts = self.events.counts
+        counts[0] += accepted
+        counts[1] += duplicates
+        counts[2] += rejected
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        key = (method, route, status)
-        child = self._series.get(key)
-        if child is None:
-            child = self._series[key] = self.requests.labels(method, route, str(status))
-        child.observe(seconds)
+        self.requests.observe((method, route, status), seconds)
+
+
+class _Durations(Collector):
+    NAME = "ett_http_request_duration_seconds"
+    HELP = "HTTP request latency by route template, method and status code."
+    LABELS = ("method", "route", "status")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self._bounds = (*map(float, buckets), math.inf)
+        self._les = tuple(map(floatToGoString, self._bounds))
+        # (method, route, status) -> each bucket's own count (not cumulative), then the sum.
+        self.series: dict[tuple[str, str, int], list[float]] = {}
+
+    def observe(self, key: tuple[str, str, int], seconds: float) -> None:
+        counts = self.series.get(key)
+        if counts is None:
+            counts = self.series[key] = [0.0] * (len(self._bounds) + 1)
+        # The first bucket whose bound is at least the value, as the library's.
+        counts[bisect_left(self._bounds, seconds)] += 1.0
+        counts[-1] += seconds
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+        for (method, route, status), counts in list(self.series.items()):
+            cumulative = list(accumulate(counts[:-1]))
+            family.add_metric([method, route, str(status)],
+                              list(zip(self._les, cumulative, strict=True)), counts[-1])
+        yield family
+
+
+class _Outcomes(Collector):
+    NAME = "ett_events_ingested"
+    HELP = "Events received by POST /v1/events, by outcome (accepted, duplicate, rejected)."
+    OUTCOMES = ("accepted", "duplicate", "rejected")
+
+    def __init__(self) -> None:
+        self.counts = [0.0, 0.0, 0.0]
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.NAME, self.HELP, labels=["outcome"])
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self.NAME, self.HELP, labels=["outcome"])
+        for outcome, count in zip(self.OUTCOMES, list(self.counts), strict=True):
+            family.add_metric([outcome], count)
+        yield family
 
 
 class _Waits(Collector):

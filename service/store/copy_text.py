@@ -2,9 +2,10 @@
 
 `wire/` builds an `EventRows` (every value already decided, names validated, timestamps as
 RFC 3339 text PostgreSQL reads as the instant meant, attrs and unknown fields as orjson's
-JSON text), one typed column per field of table `events`; `store/events` alone turns it
-into COPY text or the fallback statement's JSON. A new column is a field here, filled by
-`wire/` and read by `store/` by its name.
+JSON text), one typed column per field of table `events`; only `store/` turns it into
+text: the COPY payload here (`copy_payload`), the fallback statement's JSON in
+`store/events`. A new column is a field here, filled by `wire/` and read by `store/` by its
+name.
 
 The fields below are PostgreSQL's COPY text format (the cheapest way in for bulk rows),
 shared by ingest and the aggregator's result rows: a tab ends a field, a newline a row,
@@ -101,6 +102,54 @@ def copy_rows(cursor: object, table: str, columns: Sequence[str], lines: list[st
         copy.write("".join(lines).encode())
 
 
+def as_text(column: Sequence[object]) -> list[str | None]:
+    """A column's values as the text PostgreSQL casts from (None stays None)."""
+    if all(type(v) is str or v is None for v in column):
+        return list(column)  # type: ignore[arg-type]
+    return [None if v is None else str(v) for v in column]
+
+
+_ESCAPED = ("\\", "\t", "\n", "\r")
+
+
+def _copy_column(column: Sequence[object]) -> list[str]:
+    """A column as COPY text fields: NULL for None, escaped only where a value needs it
+    (names and stamps never do; JSON text may hold a backslash)."""
+    values = as_text(column)
+    present = "".join(v for v in values if v is not None)
+    if any(special in present for special in _ESCAPED):
+        return [text(v) for v in values]
+    return [NULL if v is None else v for v in values]
+
+
+def copy_payload(rows: EventRows) -> bytes:
+    """The rows as one COPY text payload, sorted by event_id (`service.store.events` says
+    why).
+
+    Built as if no value needed escaping, then checked once: the payload holds exactly the
+    tabs and newlines between fields and rows, a backslash per NULL and no carriage return
+    only if no value held one of them. Checking each column for them first cost a small
+    group more than the rest of its payload (docs/performance.md, issue 30)."""
+    columns = rows.columns()
+    fields = [[NULL if v is None else v if type(v) is str else str(v) for v in column]
+              for column in columns]
+    lines = list(map("\t".join, zip(*fields, strict=True)))
+    lines.sort()
+    payload = "\n".join(lines) + "\n"
+    if (payload.count("\\") != sum(column.count(None) for column in columns)
+            or payload.count("\t") != len(lines) * (len(columns) - 1)
+            or payload.count("\n") != len(lines) or "\r" in payload):
+        return _escaped_payload(rows)
+    return payload.encode()
+
+
+def _escaped_payload(rows: EventRows) -> bytes:
+    fields = [_copy_column(column) for column in rows.columns()]
+    lines = ["\t".join(row) for row in zip(*fields, strict=True)]
+    lines.sort()
+    return ("\n".join(lines) + "\n").encode()
+
+
 class EventRow(NamedTuple):
     """One event as stored, field by field (`EventRows` holds the same fields as columns)."""
 
@@ -118,9 +167,13 @@ class EventRow(NamedTuple):
     extra: str | None  # JSON text: the fields the contract does not know, kept
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventRows:
-    """A batch of validated events, column by column: row `i` is every column's item `i`."""
+    """A batch of validated events, column by column: row `i` is every column's item `i`.
+
+    Treated as immutable (`take`, `concat` and `dataclasses.replace` make new batches) but
+    not frozen: a frozen dataclass sets each of its twelve columns through
+    `object.__setattr__`, and building one cost a 1-event request ~5 us (issue 30)."""
 
     event_id: Sequence[str]
     ts: Sequence[str]
@@ -169,7 +222,7 @@ class EventRows:
 
     def take(self, at: Sequence[int]) -> EventRows:
         """The rows at these positions, in this order."""
-        return EventRows(*([column[i] for i in at] for column in self.columns()))
+        return _trusted([[column[i] for i in at] for column in self.columns()])
 
     def is_scheduler(self, i: int) -> bool:
         """Whether row `i` is a scheduler's event: its attrs say `"source": "scheduler"`
@@ -188,8 +241,10 @@ class EventRows:
         listed = list(rows)
         if not listed:
             return EMPTY
+        if len(listed) == 1:  # the usual batch of a small writer: no transposing to do
+            return _trusted([[value] for value in listed[0]])
         # Rows are EventRow tuples, all of one length: zip needs no strictness here.
-        return EventRows(*map(list, zip(*listed)))  # noqa: B905
+        return _trusted(map(list, zip(*listed)))  # noqa: B905
 
     @staticmethod
     def concat(parts: Sequence[EventRows]) -> EventRows:
@@ -198,11 +253,23 @@ class EventRows:
             return parts[0]
         if not parts:
             return EMPTY
-        return EventRows(*(list(chain.from_iterable(column)) for column in
-                           zip(*map(_columns_of, parts))))  # noqa: B905 - equal by type
+        return _trusted(list(chain.from_iterable(column)) for column in
+                        zip(*map(_columns_of, parts)))  # noqa: B905 - equal by type
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(EventRows))
 _columns_of = attrgetter(*COLUMNS)
 assert EventRow._fields == COLUMNS, "EventRow and EventRows name the same columns"
+
+
+def _trusted(columns: Iterable[list[object]]) -> EventRows:
+    """Columns of one length by construction (rows transposed, columns taken or joined):
+    the batch without `__post_init__`'s length check."""
+    rows = object.__new__(EventRows)
+    # Every column, in COLUMNS' order (a column added to the class and not here fails here).
+    (rows.event_id, rows.ts, rows.job_id, rows.attempt, rows.model, rows.type, rows.phase,
+     rows.gpus, rows.team, rows.rank, rows.attrs, rows.extra) = columns
+    return rows
+
+
 EMPTY = EventRows(*([] for _ in COLUMNS))

@@ -33,6 +33,8 @@ statement to run and is sent its answer); `store_rows` runs them on a blocking c
 
 from __future__ import annotations
 
+import asyncio
+import select
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +44,9 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import generators, pq
 from psycopg.abc import PQGen
-from psycopg.waiting import Wait
+from psycopg.waiting import Ready, Wait
 
-from .copy_text import COLUMNS, NULL, EventRows, text
+from .copy_text import COLUMNS, EventRows, as_text, copy_payload
 
 COPY_SQL = f"COPY events ({', '.join(COLUMNS)}) FROM STDIN"
 COPY_MIN_ROWS = 32
@@ -183,39 +185,11 @@ def _claim_params(rows: EventRows, default_team: str | None) -> dict[str, list[s
             "teams": [wanted[j][1] for j in jobs]}
 
 
-def _as_text(column: Sequence[object]) -> list[str | None]:
-    """A column's values as the text PostgreSQL casts from (None stays None)."""
-    if all(type(v) is str or v is None for v in column):
-        return list(column)  # type: ignore[arg-type]
-    return [None if v is None else str(v) for v in column]
-
-
 def rows_json(rows: EventRows) -> str:
     """The rows as the INSERT statement's JSON array of row arrays of text (the fallback
     path); PostgreSQL casts the numbers from text. A row's text is also what the id of a
     same-id event with other content is derived from, so it stays text field by field."""
-    return orjson.dumps(list(zip(*map(_as_text, rows.columns()), strict=True))).decode()
-
-
-_SPECIAL = ("\\", "\t", "\n", "\r")
-
-
-def _copy_column(column: Sequence[object]) -> list[str]:
-    """A column as COPY text fields: NULL for None, escaped only where a value needs it
-    (names and stamps never do; JSON text may hold a backslash)."""
-    values = _as_text(column)
-    present = "".join(v for v in values if v is not None)
-    if any(special in present for special in _SPECIAL):
-        return [text(v) for v in values]
-    return [NULL if v is None else v for v in values]
-
-
-def copy_payload(rows: EventRows) -> bytes:
-    """The rows as one COPY text payload, sorted by event_id (see the module docstring)."""
-    fields = [_copy_column(column) for column in rows.columns()]
-    lines = ["\t".join(row) for row in zip(*fields, strict=True)]
-    lines.sort()
-    return ("\n".join(lines) + "\n").encode()
+    return orjson.dumps(list(zip(*map(as_text, rows.columns()), strict=True))).decode()
 
 
 def _jobs_literal(jobs: Iterable[str]) -> str:
@@ -278,6 +252,47 @@ def _script_gen(pgconn: pq.abc.PGconn, script: bytes, payload: bytes,
     # The COPY's answer, then the COMMIT's: only then is the batch stored.
     if len(ended) != 2 or ended[-1].command_status != b"COMMIT":
         raise pg_errors.InternalError("ingest: the batch's transaction did not commit")
+
+
+async def _drive(conn: psycopg.AsyncConnection, gen: PQGen[None]) -> None:
+    """`conn.wait(gen)`, the socket watched once for the whole exchange: psycopg's wait adds
+    and drops a reader and arms a timer at every wait, three times a batch, a third of a
+    small group's CPU (docs/performance.md, issue 30). Cancelled midway, the connection is
+    left mid-statement, and the pool drops it."""
+    loop = asyncio.get_running_loop()
+    fd = conn.pgconn.socket
+    woken: asyncio.Future[None] | None = None
+
+    def wake() -> None:
+        if woken is not None and not woken.done():
+            woken.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        wanted = next(gen)
+        while True:
+            if wanted == Wait.R:
+                woken = loop.create_future()
+                await woken
+                wanted = gen.send(Ready.R)
+                continue
+            # Writing (a flush, COPY data): nearly always possible at once.
+            readable, writable, _ = select.select(
+                [fd] if wanted & Wait.R else [], [fd], [], 0)
+            if readable or writable:
+                wanted = gen.send((Ready.R if readable else Ready.NONE)
+                                  | (Ready.W if writable else Ready.NONE))
+                continue
+            woken = loop.create_future()  # a full socket buffer: until either way is open
+            loop.add_writer(fd, wake)
+            try:
+                await woken
+            finally:
+                loop.remove_writer(fd)
+    except StopIteration:
+        return
+    finally:
+        loop.remove_reader(fd)
 
 
 def _in_own_transaction(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
@@ -445,8 +460,8 @@ async def _run_step_async(conn: psycopg.AsyncConnection, step: _Step) -> Any:
         return row[0]
     if isinstance(step, _CopyAlone):
         try:
-            await conn.wait(_script_gen(conn.pgconn, step.script, step.payload,
-                                        conn.info.encoding))
+            await _drive(conn, _script_gen(conn.pgconn, step.script, step.payload,
+                                           conn.info.encoding))
         finally:
             if conn.info.transaction_status == pq.TransactionStatus.INERROR:
                 await conn.execute("ROLLBACK")

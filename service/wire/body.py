@@ -3,7 +3,9 @@
 
 - **Deadline.** The whole body must arrive within `deadline_s` of the first read (408):
   a client that sends headers and then trickles or stalls holds its admission slot for at
-  most that long, never for as long as it keeps the socket open.
+  most that long, never for as long as it keeps the socket open. The ingest routes keep
+  theirs by `service.wire.deadlines` (to within 50 ms; a timer per request cost a tenth
+  of a small request's CPU), the others by `asyncio.timeout`.
 - **Size.** `limit` bytes at most, against `Content-Length` before reading and while
   reading chunked bodies (413); a compressed body's *decompressed* size is held to the same
   limit, so a small bomb is refused as soon as its output passes it.
@@ -17,14 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from functools import lru_cache
+from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from service.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 
-_BODY_HEADERS = (b"content-type", b"content-encoding", b"content-length")
+from .deadlines import BodyDeadlines
+
+Receive = Callable[[], Awaitable[Any]]  # an ASGI `receive`
 ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
              "deflate": zlib.MAX_WBITS}
 
@@ -32,14 +38,23 @@ ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
 def check_media_type(content_type: str | None, media_types: Iterable[str]) -> None:
     if content_type is None:
         return  # curl and older clients omit it; the body is still parsed strictly
+    refusal = _media_refusal(content_type, tuple(media_types))
+    if refusal is not None:
+        raise UnsupportedMediaType(refusal)
+
+
+@lru_cache(maxsize=256)
+def _media_refusal(content_type: str, allowed: tuple[str, ...]) -> str | None:
+    # Cached: a fleet sends one or two spellings of its Content-Type all day.
     media = content_type.split(";", 1)[0].strip().lower()
-    allowed = tuple(media_types)
-    if media not in allowed:
-        raise UnsupportedMediaType(
-            f"Content-Type {media!r} is not accepted here; send {' or '.join(allowed)}")
+    if media in allowed:
+        return None
+    return f"Content-Type {media!r} is not accepted here; send {' or '.join(allowed)}"
 
 
 def _decompressor(encoding: str | None) -> zlib._Decompress | None:  # type: ignore[name-defined]
+    if encoding is None:
+        return None
     name = (encoding or "identity").strip().lower()
     if name == "identity":
         return None
@@ -47,6 +62,75 @@ def _decompressor(encoding: str | None) -> zlib._Decompress | None:  # type: ign
         raise UnsupportedMediaType(
             f"Content-Encoding {name!r} is not supported; send gzip, deflate or none")
     return zlib.decompressobj(ENCODINGS[name])
+
+
+class _Body:
+    """A body as it arrives: each chunk counted, charged, inflated and held to the limit."""
+
+    __slots__ = ("charge", "data", "inflate", "limit", "received")
+
+    def __init__(self, headers: Iterable[tuple[bytes, bytes]], limit: int,
+                 media_types: Iterable[str], charge: Callable[[int], None] | None) -> None:
+        # One pass over the raw headers: each `Headers.get` scans them all again.
+        content_type = encoding = declared = None
+        for name, value in headers:
+            # The first of each, as Headers.get.
+            if name == b"content-length":
+                if declared is None:
+                    declared = value.decode("latin-1")
+            elif name == b"content-type":
+                if content_type is None:
+                    content_type = value.decode("latin-1")
+            elif name == b"content-encoding" and encoding is None:
+                encoding = value.decode("latin-1")
+        check_media_type(content_type, media_types)
+        self.inflate = _decompressor(encoding)
+        if declared is not None:
+            try:
+                declared_n = int(declared)
+            except ValueError:
+                raise BadRequest("Content-Length header is not a number") from None
+            if declared_n > limit:
+                raise PayloadTooLarge(
+                    f"body of {declared_n} bytes exceeds the limit of {limit} bytes")
+        self.data = bytearray()
+        self.received = 0
+        self.limit = limit
+        self.charge = charge
+
+    def take(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self.limit:
+            raise PayloadTooLarge(f"body exceeds the limit of {self.limit} bytes")
+        if self.charge is not None:
+            self.charge(len(chunk))
+        if self.inflate is None:
+            self.data += chunk
+        else:
+            _inflate_into(self.data, self.inflate, chunk, self.limit)
+
+    async def receive_all(self, receive: Receive) -> None:
+        """Every chunk until the last (as Starlette's `Request.stream` reads them)."""
+        while True:
+            message = await receive()
+            kind = message["type"]
+            if kind == "http.request":
+                chunk = message.get("body", b"")
+                if chunk:
+                    self.take(chunk)
+                if not message.get("more_body", False):
+                    return
+            elif kind == "http.disconnect":
+                raise ClientDisconnect()
+
+    def done(self) -> bytearray:
+        if self.inflate is not None and not self.inflate.eof:
+            raise BadRequest("body: the compressed stream is truncated")
+        return self.data
+
+    def timeout(self, deadline_s: float) -> RequestTimeout:
+        return RequestTimeout(f"the body did not arrive within {deadline_s:g} s"
+                              f" ({self.received} bytes received)")
 
 
 async def read_body(request: Request, *, limit: int, deadline_s: float,
@@ -57,42 +141,33 @@ async def read_body(request: Request, *, limit: int, deadline_s: float,
     `charge(n)` is called with each chunk's size as it arrives (an in-flight byte budget);
     the buffer grows in place, never joined into a second copy.
     """
-    # One pass over the raw headers: each `request.headers.get` scans them all again.
-    wanted: dict[bytes, str | None] = dict.fromkeys(_BODY_HEADERS)
-    for name, value in request.scope["headers"]:
-        if name in wanted and wanted[name] is None:  # the first one, as Headers.get
-            wanted[name] = value.decode("latin-1")
-    check_media_type(wanted[b"content-type"], media_types)
-    inflate = _decompressor(wanted[b"content-encoding"])
-    declared = wanted[b"content-length"]
-    if declared is not None:
-        try:
-            declared_n = int(declared)
-        except ValueError:
-            raise BadRequest("Content-Length header is not a number") from None
-        if declared_n > limit:
-            raise PayloadTooLarge(f"body of {declared_n} bytes exceeds the limit of {limit} bytes")
-    body = bytearray()
-    received = 0
+    body = _Body(request.scope["headers"], limit, media_types, charge)
     try:
         async with asyncio.timeout(deadline_s):
-            async for chunk in request.stream():
-                received += len(chunk)
-                if received > limit:
-                    raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
-                if charge is not None:
-                    charge(len(chunk))
-                if inflate is None:
-                    body += chunk
-                else:
-                    _inflate_into(body, inflate, chunk, limit)
+            await body.receive_all(request.receive)
     except TimeoutError:
-        raise RequestTimeout(
-            f"the body did not arrive within {deadline_s:g} s ({received} bytes received)"
-        ) from None
-    if inflate is not None and not inflate.eof:
-        raise BadRequest("body: the compressed stream is truncated")
-    return body
+        raise body.timeout(deadline_s) from None
+    return body.done()
+
+
+async def receive_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, *,
+                       limit: int, deadlines: BodyDeadlines,
+                       media_types: Iterable[str] = ("application/json",),
+                       charge: Callable[[int], None] | None = None) -> bytearray:
+    """`read_body` of a raw ASGI request (its headers and `receive`), under one of
+    `deadlines` instead of a timer of its own (the ingest routes' way: see
+    `service.wire.deadlines`)."""
+    body = _Body(headers, limit, media_types, charge)
+    task = deadlines.start()
+    try:
+        await body.receive_all(receive)
+    except asyncio.CancelledError:
+        if deadlines.expired(task):
+            raise body.timeout(deadlines.seconds) from None
+        raise
+    finally:
+        deadlines.end(task)
+    return body.done()
 
 
 def _inflate_into(body: bytearray, inflate: zlib._Decompress,  # type: ignore[name-defined]

@@ -67,6 +67,8 @@ class ClaimCache:
 
     def learn(self, claims: Claims) -> None:
         """Call only once the transaction that read `claims` has committed."""
+        if not claims:
+            return
         if len(self._claims) + len(claims) > self.max_jobs:
             self._claims.clear()  # crude, but bounded; a miss only costs the claim
         self._claims.update(claims)
@@ -94,6 +96,10 @@ class JobClaimsCheck:
 
     def from_cache(self, cache: ClaimCache) -> EventRows | None:
         """The rows to store if `cache` decides every one; None if the database must."""
+        if self._all_kept(cache):
+            self._reset()
+            self.kept = len(self.batch.rows)
+            return self.batch.rows
         self._reset()
         kept: list[EventRows] = []
         pending: tuple[EventRows, list[int]] = (self.batch.rows, self.batch.indices)
@@ -113,6 +119,21 @@ class JobClaimsCheck:
             assert self._pending is not None
             pending = self._pending
         return EventRows.concat(kept)
+
+    def _all_kept(self, cache: ClaimCache) -> bool:
+        """Whether every row joins the job its cached claim holds as it is: the claim's
+        model, and its team or none (what `_decide` keeps without moving or rejecting
+        anything). The usual batch of a running job; any other goes the whole way."""
+        rows, writer_team, get = self.batch.rows, self.writer_team, cache.get
+        for job, model, team in zip(rows.job_id, rows.model, rows.team, strict=True):
+            claim = get(job)
+            if claim is None or model != claim[0]:
+                return False
+            if team is None:
+                team = writer_team
+            if team is not None and team != claim[1]:
+                return False
+        return True
 
     def __call__(self, claims: Claims) -> tuple[EventRows, EventRows]:
         """One claim round: the batch's rows first, then the rows the round moved."""

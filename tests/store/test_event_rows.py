@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from service.store.copy_text import COLUMNS, EMPTY, EventRow, EventRows
-from service.store.events import copy_payload, rows_json
+from service.store.copy_text import (
+    COLUMNS,
+    EMPTY,
+    EventRow,
+    EventRows,
+    _escaped_payload,
+    copy_payload,
+)
+from service.store.events import rows_json
 from service.store.tables import events
 
 
@@ -48,3 +57,18 @@ def test_take_and_concat_keep_rows_whole() -> None:
     assert list(rows.take([3, 1]).rank) == [3, 1]
     assert list(EventRows.concat([rows.take([0]), EMPTY, rows.take([2])]).rows()) == [
         rows.row(0), rows.row(2)]
+
+
+_odd_text = st.text(alphabet=st.sampled_from(["a", "N", "\\", "\t", "\n", "\r", "é"]),
+                    max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), _odd_text), st.one_of(st.none(), _odd_text),
+                          st.one_of(st.none(), st.integers(0, 9))), min_size=1, max_size=4))
+def test_the_payload_built_unescaped_is_the_escaped_one_whenever_it_differs(values) -> None:
+    """A value holding a tab, newline, carriage return or backslash (a literal "\\N" too)
+    sends the payload the escaping way; otherwise the two ways are one payload."""
+    rows = EventRows.of_rows([_row(i, attrs=attrs, team=team, rank=rank)
+                              for i, (attrs, team, rank) in enumerate(values)])
+    assert copy_payload(rows) == _escaped_payload(rows)

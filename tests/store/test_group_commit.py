@@ -70,7 +70,7 @@ async def _one_by_one(url: str, batches: list[EventRows]) -> list[int]:
 
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(_batches, min_size=2, max_size=5), st.lists(_events, max_size=3))
+@given(st.lists(_batches, min_size=1, max_size=5), st.lists(_events, max_size=3))
 def test_a_group_stores_and_answers_what_its_batches_alone_would(db_engine, database_url,
                                                                   raws, earlier) -> None:
     batches = [_rows(raw) for raw in raws]
@@ -102,3 +102,38 @@ def test_a_group_that_meets_a_stored_event_falls_back_batch_by_batch(db_engine,
     assert asyncio.run(_grouped(database_url, batches)) == [1, 0, 1]
     with db_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM events")).scalar_one() == 3
+
+
+def test_a_lone_batch_is_a_group_of_one_stored_by_copy(db_engine, database_url,
+                                                      monkeypatch) -> None:
+    from service.store import ingest_pool
+
+    copied: list[int] = []
+    real = ingest_pool.store_group_async
+
+    async def counted(conn, rows):
+        copied.append(len(rows))
+        return await real(conn, rows)
+
+    monkeypatch.setattr(ingest_pool, "store_group_async", counted)
+    lone = [_rows([event("heartbeat", 1, job_id="lone"), event("heartbeat", 2, job_id="lone")])]
+    assert asyncio.run(_grouped(database_url, lone)) == [2]
+    assert copied == [2]
+    assert _stored(db_engine)[1] == {"lone"}
+
+
+def test_a_lone_batch_that_meets_a_stored_event_falls_back_as_a_group_does(
+        db_engine, database_url) -> None:
+    """A retry (the stored copy), then a same-id event with other content beside a new one,
+    each batch alone: the COPY fails, and the batch is stored and answered as it was
+    without grouping."""
+    first = event("heartbeat", 1, job_id="lone-retry")
+    later = [[dict(first)], [{**first, "attempt": 1}, event("heartbeat", 2, job_id="lone-retry")]]
+    outcomes = []
+    for way in (_grouped, _one_by_one):
+        _reset(db_engine)
+        asyncio.run(_one_by_one(database_url, [_rows([first])]))
+        answers = [asyncio.run(way(database_url, [_rows(raw)])) for raw in later]
+        outcomes.append((answers, *_stored(db_engine)))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == [[0], [2]] and len(outcomes[0][1]) == 3

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from service.access.auth import Principal
-from service.store.copy_text import EventRows
-from service.store.events import COPY_MIN_ROWS, copy_payload, copy_script, store_rows_async
+from service.store.copy_text import EventRows, copy_payload
+from service.store.events import COPY_MIN_ROWS, INSERT_SQL, copy_script, store_rows_async
 from service.store.ingest_pool import IngestPool, libpq_conninfo
 from service.wire.batch import validate_batch
 from tests.factories import event
@@ -125,3 +125,29 @@ def test_a_job_name_that_could_end_the_quoted_list_is_refused(job) -> None:
     # The wire contract never lets such a name through; a caller that skipped it is told.
     with pytest.raises(ValueError, match="quote or a backslash"):
         copy_script({"fine", job})
+
+
+def test_the_insert_statements_plan_is_key_lookups_even_on_empty_partitions(
+        db_engine, database_url) -> None:
+    """The generic plan a prepared statement falls back to is made from the statistics of
+    the moment: on an empty or small partition, a hash join over sequential scans (what
+    PostgreSQL chose here without the pool's session settings), kept while the partition
+    grew. On the pool's connections only index lookups are left to choose from."""
+    with db_engine.begin() as conn:
+        conn.execute(text("TRUNCATE events"))
+        conn.execute(text("ANALYZE events"))
+
+    async def plan() -> str:
+        pool = _pool(database_url)
+        try:
+            async with pool._connection() as conn:
+                cur = await conn.execute("EXPLAIN (GENERIC_PLAN) "
+                                         + INSERT_SQL.replace("%(rows)s", "$1"))
+                return "\n".join(row[0] for row in await cur.fetchall())
+        finally:
+            await pool.close()
+
+    text_plan = asyncio.run(plan())
+    assert "Index Scan" in text_plan and "Nested Loop" in text_plan, text_plan
+    for avoided in ("Seq Scan on events", "Hash Join", "Merge Join"):
+        assert avoided not in text_plan, text_plan
