@@ -67,7 +67,9 @@ def _disk(engine: Any, events: int) -> dict[str, Any]:
         derived = dict(conn.execute(text(
             "SELECT relname, pg_total_relation_size(oid) FROM pg_class"
             " WHERE relname IN ('segments', 'rollup_hourly', 'jobs', 'attempts', 'job_impact',"
-            " 'checkpoint_attempts', 'fleet_hourly', 'fleet_daily', 'fleet_weekly')"
+            " 'checkpoint_attempts', 'fleet_hourly', 'fleet_daily', 'fleet_weekly',"
+            " 'team_hourly', 'team_daily', 'model_hourly', 'model_daily', 'model_weekly',"
+            " 'job_first_ts')"
             " AND relkind = 'r'")).all())
     per = lambda b: round(int(b) / max(events, 1), 1)  # noqa: E731
     return {"events_bytes": int(total), "bytes_per_event": per(total),

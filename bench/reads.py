@@ -78,6 +78,8 @@ def _replicate(url: str, now: datetime, days: int, window_days: int = 28) -> int
             "INSERT INTO fleet_weekly SELECT date_trunc('week', day, 'UTC'), model, team,"
             " component, phase, owner, sum(settled_gpu_us), sum(unsettled_gpu_us)"
             " FROM fleet_daily GROUP BY 1, 2, 3, 4, 5, 6"))
+        # The team and model rollups are the fleet's rows summed (what the aggregator keeps).
+        _summed_rollups(conn)
         conn.execute(text("ANALYZE fleet_daily"))
         conn.execute(text("ANALYZE fleet_weekly"))
         conn.execute(text("ANALYZE fleet_hourly"))
@@ -85,6 +87,27 @@ def _replicate(url: str, now: datetime, days: int, window_days: int = 28) -> int
         rows = conn.execute(text("SELECT count(*) FROM fleet_hourly")).scalar_one()
     engine.dispose()
     return rows
+
+
+def _summed_rollups(conn: Any) -> None:
+    from ett_core.taxonomy import COMPONENTS
+
+    held = "settled_gpu_us + unsettled_gpu_us"
+    figures = ", ".join([
+        *(f"coalesce(sum({held}) FILTER (WHERE component = '{c}'), 0)" for c in COMPONENTS),
+        "coalesce(sum(unsettled_gpu_us) FILTER (WHERE component = 'effective_training'), 0)",
+        f"coalesce(sum({held}) FILTER (WHERE phase = 'unreported'), 0)"])
+    for level, column in (("hourly", "hour"), ("daily", "day"), ("weekly", "week")):
+        if level != "weekly":
+            conn.execute(text(f"TRUNCATE team_{level}"))
+            conn.execute(text(
+                f"INSERT INTO team_{level} SELECT {column}, team, component, phase, owner,"
+                f" sum(settled_gpu_us), sum(unsettled_gpu_us) FROM fleet_{level}"
+                f" GROUP BY 1, 2, 3, 4, 5"))
+        conn.execute(text(f"TRUNCATE model_{level}"))
+        conn.execute(text(f"INSERT INTO model_{level} SELECT {column}, model, team, {figures}"
+                          f" FROM fleet_{level} GROUP BY 1, 2, 3"))
+        conn.execute(text(f"ANALYZE model_{level}"))
 
 
 def run(pg: Postgres, quick: bool) -> dict[str, Any]:

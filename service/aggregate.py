@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
@@ -30,11 +30,11 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import Event, JobComputation, Taxonomy, compute_job
-from ett_core.instants import US_PER_SECOND, dt_to_us
+from ett_core.instants import US_PER_SECOND, dt_to_us, us_to_dt
 from ett_core.resume import JobSnapshot, computation_of, resume_job, snapshot_job
 from service.aggregation.running_job_cache import Entry, RunningJobCache
 from service.settings import Settings, default
-from service.store import impact, state
+from service.store import impact, retention, state
 from service.store import results as store
 from service.store.result_rows import RowFormatter, replace_checkpoint_facts
 from service.store.retention import ensure_partitions_quietly
@@ -107,6 +107,27 @@ def due_events(events: Sequence[Event], now_us: int) -> Sequence[Event]:
     if all(e.ts_us <= now_us for e in events):
         return events
     return [e for e in events if e.ts_us <= now_us]
+
+
+def first_instants(seqs: Sequence[tuple[str, int, datetime | None]],
+                   loaded: Mapping[str, Sequence[Event]]) -> dict[str, datetime | None]:
+    """What a chunk knows of each job's earliest event (`retention.note_first_ts`): its
+    consumed queue rows' instants and the first of the events it loaded whole (in time
+    order). None for a job with a queue row that did not know its instant and events not
+    loaded: only its stored events can say."""
+    known: dict[str, list[datetime]] = {}
+    unknown = set()
+    for job, _seq, first in seqs:
+        if first is None:
+            unknown.add(job)
+        else:
+            known.setdefault(job, []).append(first)
+    for job, job_events in loaded.items():
+        if job_events:
+            known.setdefault(job, []).append(us_to_dt(job_events[0].ts_us))
+    out: dict[str, datetime | None] = {job: None for job in unknown if job not in loaded}
+    out.update((job, min(instants)) for job, instants in known.items() if job not in out)
+    return out
 
 
 def model_share(model: str, parts: int) -> int:
@@ -339,8 +360,8 @@ class Aggregator:
             events = {job: entry.events for job, entry in cached.items()
                       if entry.snapshot is None and job not in resumed}
             missing = [j for j in locked if j not in events and j not in resumed]
-            if missing:
-                events.update(store.load_events(conn, missing))
+            loaded = store.load_events(conn, missing) if missing else {}
+            events.update(loaded)
             computed: list[tuple[str, JobComputation]] = []
             failed: dict[str, str] = {}
             formatter = RowFormatter(now_us)
@@ -410,6 +431,7 @@ class Aggregator:
                              now)
             state.release(conn, [j for j in locked if j not in failed])
             store.consume_queue_rows(conn, [seq for _job, seq, _first in seqs])
+            retention.note_first_ts(conn, first_instants(seqs, loaded))
             store.requeue(conn, deferred)  # read again once their future events are due
             computed = [(j, c) for j, c in computed if j not in failed]
             rows = {j: r for j, r in rows.items() if j not in failed}

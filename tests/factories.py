@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import text
 
 from service.demo.fleet import FleetSpec, fleet_events
+from service.store.tables import MODEL_FIGURES
 
 BASE = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -118,6 +119,10 @@ def results_state(engine) -> dict[str, list]:
                  " ORDER BY day, model, team, component, phase, owner",
         "weekly": "SELECT * FROM fleet_weekly WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
                   " ORDER BY week, model, team, component, phase, owner",
+        **{t: f"SELECT * FROM {t} WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
+              f" ORDER BY 1, 2, 3, 4, 5" for t in ("team_hourly", "team_daily")},
+        **{t: f"SELECT * FROM {t} WHERE greatest({', '.join(MODEL_FIGURES)}) <> 0"
+              f" ORDER BY 1, 2, 3" for t in ("model_hourly", "model_daily", "model_weekly")},
         "totals": "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0"
                   " ORDER BY model, team, component, owner",
         "impact": "SELECT * FROM job_impact ORDER BY job_id",
@@ -130,7 +135,8 @@ def results_state(engine) -> dict[str, list]:
 def wipe_results(engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE jobs, attempts, segments, rollup_hourly, fleet_hourly,"
-                          " fleet_daily, fleet_weekly, settled_totals"))
+                          " fleet_daily, fleet_weekly, team_hourly, team_daily, model_hourly,"
+                          " model_daily, model_weekly, settled_totals"))
 
 
 def demo_events(models: int = 6, hours: float = 30, seed: int = 3) -> list[dict]:

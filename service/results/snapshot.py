@@ -112,15 +112,15 @@ def build_snapshot(conn: Connection, now: datetime, silent_after_s: float) -> Sn
     stalled = q.stalled_gpu_us(conn, STALLED)
     snap.stalled_gpu_seconds = {k: us_to_seconds(v) for k, v in stalled.items()}
     for name, width in RATIO_WINDOWS.items():
-        rows = q.window_rows(conn, now - width, now, ["model", "team"])
+        rows = q.window_figures(conn, now - width, now, ["model", "team"])
         levels: dict[str, dict[Key, list[int]]] = {
             "model": defaultdict(lambda: [0, 0]),
             "team": defaultdict(lambda: [0, 0]),
             "fleet": defaultdict(lambda: [0, 0]),
         }
         for row in rows:
-            gpu_us = row["settled"] + row["unsettled"]
-            eff = gpu_us if row["component"] == "effective_training" else 0
+            gpu_us = sum(row["components"].values())
+            eff = row["components"]["effective_training"]
             for level, key in (("model", (row["model"], row["team"])), ("team", (row["team"],)),
                                ("fleet", ())):
                 levels[level][key][0] += eff

@@ -71,6 +71,29 @@ def summarise(rows: list[dict[str, Any]], key: str | None) -> dict[Any, dict[str
     return groups
 
 
+def figure_groups(rows: list[dict[str, Any]], key: str | None) -> dict[Any, dict[str, Any]]:
+    """`summarise` of the same window from its figures by model and team
+    (`store/queries.window_figures`): integer sums, so regrouped exactly."""
+    groups: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        k = row[key] if key else None
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = {"held": 0, "at_risk": 0, "unreported": 0,
+                             "components": dict.fromkeys(COMPONENTS, 0)}
+        for component, gpu_us in row["components"].items():
+            g["components"][component] += gpu_us
+            g["held"] += gpu_us
+        g["at_risk"] += row["at_risk"]
+        g["unreported"] += row["unreported"]
+    return groups
+
+
+# Answers by model (grouped or filtered), grouped by these alone, are read from the model
+# rollups; without a model, from the team rollups (`window_rows`), fewer rows still.
+FIGURE_KEYS = ("model", "team")
+
+
 def group_to_wire(key: Any, g: dict[str, Any] | None,
                   queue_seconds: float = 0.0) -> dict[str, Any]:
     g = g or {"held": 0, "at_risk": 0, "unreported": 0,
@@ -109,11 +132,14 @@ def ett_windows(engine: Engine, start: datetime, end: datetime, group_bys: Seque
     filters = {"model": model, "team": team}
     answers: dict[str, dict[str, Any]] = {}
     with engine.connect() as conn:
-        rows = q.window_rows(conn, start, end, [*keys, "phase"], filters)
+        if set(keys) <= set(FIGURE_KEYS) and ("model" in keys or model is not None):
+            rows, regroup = q.window_figures(conn, start, end, keys, filters), figure_groups
+        else:
+            rows, regroup = q.window_rows(conn, start, end, [*keys, "phase"], filters), summarise
         said: list[str | None] = []  # what an empty window says, read once if needed
         for group_by in dict.fromkeys(group_bys):
             key = None if group_by == "none" else group_by
-            groups = summarise(rows, key)
+            groups = regroup(rows, key)
             note = None
             if notes and not any(g["held"] for g in groups.values()):
                 if not said:
@@ -138,9 +164,8 @@ def models_overview(engine: Engine, now: datetime, team: str | None = None) -> d
     with engine.connect() as conn:
         pairs = q.models_and_teams(conn, team)
         filters: q.Filters = {} if team is None else {"model": sorted({m for m, _ in pairs})}
-        by_day = summarise(q.window_rows(conn, day, now, ["model"], filters), "model")
-        by_week = summarise(q.window_rows(conn, week, now, ["model", "phase"], filters),
-                            "model")
+        by_day = figure_groups(q.window_figures(conn, day, now, ["model"], filters), "model")
+        by_week = figure_groups(q.window_figures(conn, week, now, ["model"], filters), "model")
         queue_week = q.queue_window(conn, week, now, "model", filters)
     models: list[dict[str, Any]] = []
     for model, team in pairs:

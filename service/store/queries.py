@@ -1,9 +1,11 @@
 """SQL for reads. Windows are exactly [start, end): whole weeks (UTC, from Monday) come
-from the weekly fleet rollup, the whole days around them from the daily one, the whole
-hours around those from the hourly one, and the partial hours at
-either edge from the hour-clipped segments, clipped again to the window, so no window is
-ever widened or shrunk to the data inside it. Also: one job, the console's charts and job
-pages, the checkpoint advice sums and the figures /metrics exports. Never commits."""
+from a weekly rollup, the whole days around them from a daily one, the whole hours around
+those from an hourly one, and the partial hours at either edge from the hour-clipped
+segments, clipped again to the window, so no window is ever widened or shrunk to the data
+inside it. The rollups are the fleet's label rows, the same summed over models (a window
+that names no model) or summed into each model's figures (a window by model, team or
+nothing): `ROLLUPS`. Also: one job, the console's charts and job pages, the checkpoint
+advice sums and the figures /metrics exports. Never commits."""
 
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, text
+
+from ett_core.taxonomy import COMPONENTS, EFFECTIVE, UNREPORTED
+
+from .tables import MODEL_FIGURES
 
 GROUP_COLUMNS = ("model", "team", "component", "phase", "owner")
 FILTER_COLUMNS = ("model", "team", "owner")
@@ -70,6 +76,48 @@ def _where(filters: Filters, exclude_components: Sequence[str]) -> tuple[str, di
     return "".join(f" AND {c}" for c in clauses), params
 
 
+# The rollups a window reads its whole hours, days and weeks from. "fleet": every label
+# set; "team": the same summed over models (no weeks: a team's week is 7 x ~100 rows);
+# "model": each model's answer per team (`window_figures`).
+ROLLUPS = {"fleet": {"hour": "fleet_hourly", "day": "fleet_daily", "week": "fleet_weekly"},
+           "team": {"hour": "team_hourly", "day": "team_daily"},
+           "model": {"hour": "model_hourly", "day": "model_daily", "week": "model_weekly"}}
+# A segment's GPU-microseconds inside the window (the partial hours at its edges).
+_CLIPPED = ("(extract(epoch FROM least(end_at, :end) - greatest(start_at, :start))"
+            " * 1000000)::bigint * gpus")
+
+
+def _spans(start: datetime, end: datetime, levels: Sequence[str], params: dict[str, Any]
+           ) -> tuple[dict[str, str], list[datetime]]:
+    """The window's whole weeks (if "week" is among `levels`), days and hours, each level as
+    a condition on its bucket column with its bounds in `params` (no level: none), and the
+    hours it only cuts (read from the segments, clipped)."""
+    hs, he = ceil_hour(start), floor_hour(end)
+    ds, de = ceil_day(start), floor_day(end)
+    ranges: dict[str, list[tuple[datetime, datetime]]] = {}
+    if ds < de:
+        ws, we = ceil_week(ds), floor_week(de)
+        if "week" in levels and ws < we:
+            ranges["week"] = [(ws, we)]
+            ranges["day"] = [(ds, ws), (we, de)]
+        else:
+            ranges["day"] = [(ds, de)]
+        ranges["hour"] = [(hs, ds), (de, he)]
+    elif hs < he:
+        ranges["hour"] = [(hs, he)]
+    clauses = {}
+    for column, spans in ranges.items():
+        parts = []
+        for i, (a, b) in enumerate(r for r in spans if r[0] < r[1]):
+            params.update({f"{column}{i}a": a, f"{column}{i}b": b})
+            parts.append(f"({column} >= :{column}{i}a AND {column} < :{column}{i}b)")
+        if parts:
+            clauses[column] = " OR ".join(parts)
+    partial = sorted({h for h in (floor_hour(start), floor_hour(end))
+                      if not (hs <= h and h + HOUR <= he) and h < end})
+    return clauses, partial
+
+
 def window_rows(
     conn: Connection,
     start: datetime,
@@ -77,55 +125,33 @@ def window_rows(
     keys: Sequence[str],
     filters: Filters | None = None,
     exclude_components: Sequence[str] = (),
+    rollup: str | None = None,
 ) -> list[dict[str, Any]]:
-    """GPU-microseconds in [start, end) grouped by `keys` (+ component), settled apart."""
+    """GPU-microseconds in [start, end) grouped by `keys` (+ component), settled apart.
+
+    Read from the team rollups when neither the keys nor the filters name a model, else
+    from the fleet's (`rollup` chooses): the same rows either way, since a team row exists
+    exactly when a fleet row it sums does (store/results.py, `apply_deltas`)."""
     for key in keys:
         if key not in GROUP_COLUMNS:
             raise ValueError(f"cannot group by {key}")
+    filters = filters or {}
+    if rollup is None:
+        rollup = "fleet" if "model" in keys or filters.get("model") is not None else "team"
     cols = list(dict.fromkeys([*keys, "component"]))
     select_cols = ", ".join(cols)
-    where, params = _where(filters or {}, exclude_components)
+    where, params = _where(filters, exclude_components)
     params.update(start=start, end=end)
-    hs, he = ceil_hour(start), floor_hour(end)
-    ds, de = ceil_day(start), floor_day(end)
-
-    def rollup_sum(table: str, time_clause: str) -> str:
-        return (f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
-                f" AS unsettled FROM {table} WHERE ({time_clause}){where}"
-                f" GROUP BY {select_cols}")
-
-    def ranges_clause(column: str, ranges: list[tuple[datetime, datetime]]) -> str:
-        """`column` in any of the non-empty [a, b) ranges, bound as parameters; '' if none."""
-        clauses = []
-        for i, (a, b) in enumerate(r for r in ranges if r[0] < r[1]):
-            params.update({f"{column}{i}a": a, f"{column}{i}b": b})
-            clauses.append(f"({column} >= :{column}{i}a AND {column} < :{column}{i}b)")
-        return " OR ".join(clauses)
-
-    parts: list[str] = []
-    hour_ranges: list[tuple[datetime, datetime]] = []
-    if ds < de:
-        ws, we = ceil_week(ds), floor_week(de)
-        day_ranges = [(ds, ws), (we, de)] if ws < we else [(ds, de)]
-        if ws < we:
-            params.update(ws=ws, we=we)
-            parts.append(rollup_sum("fleet_weekly", "week >= :ws AND week < :we"))
-        if clause := ranges_clause("day", day_ranges):
-            parts.append(rollup_sum("fleet_daily", clause))
-        hour_ranges = [(hs, ds), (de, he)]
-    elif hs < he:
-        hour_ranges = [(hs, he)]
-    if clause := ranges_clause("hour", hour_ranges):
-        parts.append(rollup_sum("fleet_hourly", clause))
-    partial = sorted({h for h in (floor_hour(start), floor_hour(end))
-                      if not (hs <= h and h + HOUR <= he) and h < end})
+    tables = ROLLUPS[rollup]
+    spans, partial = _spans(start, end, list(tables), params)
+    parts = [f"SELECT {select_cols}, sum(settled_gpu_us) AS settled, sum(unsettled_gpu_us)"
+             f" AS unsettled FROM {tables[column]} WHERE ({clause}){where}"
+             f" GROUP BY {select_cols}" for column, clause in spans.items()]
     if partial:
         params["partial"] = partial
-        clipped = ("(extract(epoch FROM least(end_at, :end) - greatest(start_at, :start))"
-                   " * 1000000)::bigint * gpus")
         parts.append(
-            f"SELECT {select_cols}, sum(CASE WHEN settled THEN {clipped} ELSE 0 END) AS settled,"
-            f" sum(CASE WHEN settled THEN 0 ELSE {clipped} END) AS unsettled FROM segments"
+            f"SELECT {select_cols}, sum(CASE WHEN settled THEN {_CLIPPED} ELSE 0 END) AS settled,"
+            f" sum(CASE WHEN settled THEN 0 ELSE {_CLIPPED} END) AS unsettled FROM segments"
             f" WHERE hour = ANY(:partial) AND start_at < :end AND end_at > :start{where}"
             f" GROUP BY {select_cols}"
         )
@@ -139,6 +165,47 @@ def window_rows(
     return [{**dict(zip(cols, row[:n], strict=True)), "settled": int(row[n]),
              "unsettled": int(row[n + 1])}
             for row in conn.execute(text(sql), params).all()]
+
+
+def window_figures(conn: Connection, start: datetime, end: datetime, keys: Sequence[str],
+                   filters: Filters | None = None) -> list[dict[str, Any]]:
+    """A window's figures by model and team (`keys`: some of them; none: one row, if any
+    time was held), from the model rollups: GPU-microseconds per component, at risk and
+    unreported (`tables.MODEL_FIGURES`), what `window_rows` gives summed, with a row for
+    exactly the groups it has rows for (a model row exists when a fleet row it sums does)."""
+    if not set(keys) <= {"model", "team"} or not set(filters or {}) <= {"model", "team"}:
+        raise ValueError("the model rollups hold models and teams")
+    cols = list(keys) or ["1"]  # grouped by a constant: no time held, no row
+    select_cols = ", ".join(cols)
+    where, params = _where(filters or {}, ())
+    params.update(start=start, end=end)
+    tables = ROLLUPS["model"]
+    spans, partial = _spans(start, end, list(tables), params)
+    sums = ", ".join(f"sum({f}) AS {f}" for f in MODEL_FIGURES)
+    parts = [f"SELECT {select_cols}, {sums} FROM {tables[column]} WHERE ({clause}){where}"
+             f" GROUP BY {select_cols}" for column, clause in spans.items()]
+    if partial:
+        params["partial"] = partial
+        clipped = [*(f"component = '{c}'" for c in COMPONENTS),
+                   f"component = '{EFFECTIVE}' AND NOT settled", f"phase = '{UNREPORTED}'"]
+        figures = ", ".join(f"sum({_CLIPPED}) FILTER (WHERE {which}) AS {f}"
+                            for which, f in zip(clipped, MODEL_FIGURES, strict=True))
+        parts.append(
+            f"SELECT {select_cols}, {figures} FROM segments"
+            f" WHERE hour = ANY(:partial) AND start_at < :end AND end_at > :start{where}"
+            f" GROUP BY {select_cols}")
+    if not parts:
+        return []
+    sql = (f"SELECT {select_cols}, {sums} FROM ({' UNION ALL '.join(parts)}) AS w"
+           f" GROUP BY {select_cols}")
+    n = len(cols)
+    out = []
+    for row in conn.execute(text(sql), params).all():
+        figures = [int(v or 0) for v in row[n:]]  # a component no row of the group held: NULL
+        out.append({**dict(zip(keys, row[:len(keys)], strict=True)),
+                    "components": dict(zip(COMPONENTS, figures[:-2], strict=True)),
+                    "at_risk": figures[-2], "unreported": figures[-1]})
+    return out
 
 
 def job_result(conn: Connection, job_id: str) -> dict[str, Any] | None:
@@ -254,16 +321,20 @@ def queue_window(conn: Connection, start: datetime, end: datetime, key: str | No
 # --- the console's charts: ETT over time ------------------------------------------------
 
 SERIES_FILTERS = ("model", "team", "owner")
-SERIES_STEPS = {"hour": ("fleet_hourly", "hour"), "day": ("fleet_daily", "day")}
+SERIES_STEPS = ("hour", "day")
 
 
 def component_series(conn: Connection, start: datetime, end: datetime, step: str,
-                     filters: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
+                     filters: dict[str, str | None] | None = None, rollup: str | None = None
+                     ) -> list[dict[str, Any]]:
     """Rows of (at, component, held, unsettled) GPU-microseconds per whole step (hour or
-    UTC day) of the fleet rollups, steps in [start, end)."""
+    UTC day) of the fleet rollups, steps in [start, end): the team rollups' unless a model
+    is named (`rollup` chooses; the same sums either way)."""
     if step not in SERIES_STEPS:
         raise ValueError(f"step: must be one of {', '.join(SERIES_STEPS)}")
-    table, column = SERIES_STEPS[step]
+    if rollup is None:
+        rollup = "team" if (filters or {}).get("model") is None else "fleet"
+    table, column = ROLLUPS[rollup][step], step
     clauses, params = [], {"start": start, "end": end}
     for name, value in (filters or {}).items():
         if name not in SERIES_FILTERS:
@@ -321,12 +392,14 @@ def job_marks(conn: Connection, job_id: str) -> list[dict[str, Any]]:
 # The median interval is computed in the database: a busy model has tens of thousands of
 # intervals a month. The window is scanned twice rather than through a shared CTE, which
 # PostgreSQL would materialise whole (arrays included): half the time for 500 models
-# (bench/advice.py).
+# (bench/advice.py). The intervals are unnested in the index's order by model (what
+# percentile_cont groups by), not one function scan per attempt nor a sort of them all;
+# each model's latest team is one index probe, not a sort of its attempts by start (at
+# 36 days, 57,557 attempts and 484,216 intervals: 848 -> ~300 ms, docs/performance.md).
 _ADVICE_WINDOW = "started_at >= :start AND started_at < :end {model_filter}"
 _ADVICE_SUMS = f"""
     WITH s AS (
-        SELECT model, (array_agg(team ORDER BY started_at DESC))[1] AS team,
-               sum(held_us) AS held_us, sum(held_us::numeric * gpus) AS held_gpu_us,
+        SELECT model, sum(held_us) AS held_us, sum(held_us::numeric * gpus) AS held_gpu_us,
                count(*) FILTER (WHERE interrupted) AS interruptions,
                sum(blocking_save_us) AS blocking_save_us,
                sum(durable_checkpoints) AS durable_checkpoints,
@@ -336,10 +409,18 @@ _ADVICE_SUMS = f"""
         GROUP BY model
     ), med AS (
         SELECT model, percentile_cont(0.5) WITHIN GROUP (ORDER BY i) AS median_us
-        FROM checkpoint_attempts, unnest(intervals_us) AS i WHERE {_ADVICE_WINDOW}
+        FROM (SELECT model, unnest(intervals_us) AS i FROM checkpoint_attempts
+              WHERE {_ADVICE_WINDOW} ORDER BY model) AS intervals
         GROUP BY model
     )
-    SELECT s.*, med.median_us FROM s LEFT JOIN med ON med.model = s.model ORDER BY s.model
+    SELECT s.model, latest.team, s.held_us, s.held_gpu_us, s.interruptions,
+           s.blocking_save_us, s.durable_checkpoints, s.ttr_us, s.lost_us, med.median_us
+    FROM s LEFT JOIN med ON med.model = s.model
+    CROSS JOIN LATERAL (
+        SELECT team FROM checkpoint_attempts c
+        WHERE c.model = s.model AND c.started_at >= :start AND c.started_at < :end
+        ORDER BY c.started_at DESC, c.team DESC LIMIT 1) AS latest
+    ORDER BY s.model
 """
 
 

@@ -23,7 +23,15 @@ from ett_core.instants import HOUR_US, us_to_dt
 from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
-from .result_rows import JobRows, RollupKey, RowFormatter
+from .result_rows import (
+    Cells,
+    JobRows,
+    RollupKey,
+    RowFormatter,
+    model_rows,
+    team_rows,
+)
+from .tables import MODEL_FIGURES, TEAM_COLUMNS
 
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).
@@ -388,6 +396,7 @@ def _bulk_add(conn: Connection, table: str, keys: dict[str, str], values: tuple[
 
 _LABELS = {"model": "text", "team": "text", "component": "text", "phase": "text",
            "owner": "text"}
+_TEAM_LABELS = {label: "text" for label in TEAM_COLUMNS}
 _GPU_US = ("settled_gpu_us", "unsettled_gpu_us")
 DAY_US = 24 * HOUR_US
 WEEK_US = 7 * DAY_US
@@ -401,22 +410,34 @@ def week_start_us(at_us: int) -> int:
 
 
 def apply_deltas(conn: Connection, deltas: Deltas) -> None:
-    """Add the net deltas of the replaced jobs to the shared rollups."""
-    hourly: list[tuple[Any, ...]] = []
+    """Add the net deltas of the replaced jobs to the shared rollups.
+
+    A row of a rollup that sums the fleet's label rows (the team and model ones) is written
+    when its delta is not zero, as the fleet's rows are: it then exists exactly when one of
+    the fleet rows it sums does (a zero sum means one of them fell, so it existed), and a
+    window read from it lists the same groups as one read from the fleet's rows."""
+    hours: Cells = []
     daily: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
     weekly: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
     for (hour, *labels), (settled, unsettled) in deltas.fleet.items():
         if settled or unsettled:
-            hourly.append((us_to_dt(hour), *labels, settled, unsettled))
+            hours.append(((us_to_dt(hour), *labels), (settled, unsettled)))
             for cell in (daily[(hour - hour % DAY_US, *labels)],
                          weekly[(week_start_us(hour), *labels)]):
                 cell[0] += settled
                 cell[1] += unsettled
-    _bulk_add(conn, "fleet_hourly", {"hour": "timestamptz", **_LABELS}, _GPU_US, hourly)
-    for table, column, cells in (("fleet_daily", "day", daily), ("fleet_weekly", "week", weekly)):
-        _bulk_add(conn, table, {column: "timestamptz", **_LABELS}, _GPU_US,
-                  [(us_to_dt(at), *labels, s, u) for (at, *labels), (s, u) in cells.items()
-                   if s or u])
+    days, weeks = ([((us_to_dt(at), *labels), cell) for (at, *labels), cell in cells.items()
+                    if cell[0] or cell[1]] for cells in (daily, weekly))
+    for level, column, moved in (("hourly", "hour", hours), ("daily", "day", days),
+                                 ("weekly", "week", weeks)):
+        bucket = {column: "timestamptz"}
+        _bulk_add(conn, f"fleet_{level}", {**bucket, **_LABELS}, _GPU_US,
+                  [(*key, *cell) for key, cell in moved])
+        if level != "weekly":  # a team's weeks are read as days: 7 x 100 rows
+            _bulk_add(conn, f"team_{level}", {**bucket, **_TEAM_LABELS}, _GPU_US,
+                      team_rows(moved))
+        _bulk_add(conn, f"model_{level}", {**bucket, "model": "text", "team": "text"},
+                  MODEL_FIGURES, model_rows(moved))
     totals = [(*k, v) for k, v in deltas.totals.items() if v]
     _bulk_add(conn, "settled_totals",
               {"model": "text", "team": "text", "component": "text", "owner": "text"},

@@ -13,8 +13,12 @@ hand.
 
 Retention drops the raw events and per-job results of jobs that ended long ago. A month
 whose partition lies wholly before the horizon is dropped whole (no row deleted, nothing
-left for vacuum); the few events in it of jobs that are kept (still running, or ended
-after the horizon) are moved first to the default partition. In the partition that
+left for vacuum); the few events in it of jobs that are kept (still running, ended after
+the horizon, or with no settled result: queued, quarantined, without an attempt) are
+moved first to the default partition. Those jobs are found without reading the month,
+from each job's bound of its earliest event (`job_first_ts`, kept by the aggregator) and
+the queue (`_KEPT_JOBS`): work that grows with the jobs that started before the month's
+end, not with its events. In the partition that
 straddles the horizon and in the default partition, the events of the pruned jobs are
 deleted row by row, as are their per-job results. The fleet rollups (`fleet_hourly`,
 `settled_totals`) are kept, so windows, dashboards and counters over the pruned period
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, Engine, text
@@ -134,22 +139,66 @@ def ensure_partitions_quietly(engine: Engine, now: datetime) -> None:
         log.warning("events: creating the partitions ahead failed, retried later: %s", exc)
 
 
-# The jobs with events in one partition: a loose index scan (one probe per job) over its
-# primary key, whose first column is job_id.
-_JOBS_IN = """
-    WITH RECURSIVE j(id) AS (
-        SELECT min(job_id) FROM {p}
-        UNION ALL
-        SELECT (SELECT min(job_id) FROM {p} WHERE job_id > j.id) FROM j WHERE j.id IS NOT NULL
-    )
-    SELECT id FROM j WHERE id IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM jobs WHERE jobs.job_id = j.id AND NOT jobs.open AND jobs.last_at < :cutoff)
+# Only a job whose bound moves earlier (or that has none) is written: a running job's
+# every pass would otherwise leave a dead row. A job given no instant (None: a queue row
+# that did not know its batch's, for a job whose events were not all loaded) is bounded
+# by its stored events; one with none is left out.
+_NOTE_FIRST_TS = """
+    INSERT INTO job_first_ts AS t (job_id, first_ts)
+    SELECT j, f FROM (
+        SELECT j, coalesce(f, (SELECT min(ts) FROM events e WHERE e.job_id = u.j)) AS f
+        FROM unnest(CAST(:jobs AS text[]), CAST(:firsts AS timestamptz[])) AS u(j, f)) AS n
+    WHERE f IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM job_first_ts o WHERE o.job_id = n.j AND o.first_ts <= n.f)
+    ORDER BY j
+    ON CONFLICT (job_id) DO UPDATE SET first_ts = EXCLUDED.first_ts
+    WHERE EXCLUDED.first_ts < t.first_ts
 """
 
 
-def _drop_partition(conn: Connection, name: str, cutoff: datetime) -> int:
+def note_first_ts(conn: Connection, firsts: Mapping[str, datetime | None]) -> None:
+    """Lower each job's bound of its earliest event instant (`job_first_ts`) to the instant
+    given (None: read from its events), in the transaction that consumes its queue rows:
+    every stored event is then either behind a queue row still there or at or after its
+    job's bound (what `_KEPT_JOBS` relies on)."""
+    if firsts:
+        jobs = sorted(firsts)
+        conn.execute(text(_NOTE_FIRST_TS), {"jobs": jobs, "firsts": [firsts[j] for j in jobs]})
+
+
+# What `prune_jobs` deletes: one predicate for both steps, so that a job whose month was
+# dropped is also a job whose other events and results go.
+_PRUNABLE = "NOT open AND last_at < :cutoff"
+
+# The kept jobs that can have events before `hi` (the detached month's end), found without
+# reading the month: every stored event is either behind a queue row still in `dirty_jobs`
+# (whose `first_ts` is at or before it, or NULL: not known) or at or after its job's bound
+# in `job_first_ts` (the aggregator lowers it in the transaction that consumes the queue
+# row; migration 0014 filled it from the events stored before). So a job with an event
+# in the month is one of these candidates, and those not pruned are kept: a job without a
+# settled result to prune (never aggregated, quarantined, or with no attempt) included.
+# A superset is harmless (its move finds no rows); a candidate is a probe of two indexes.
+_KEPT_JOBS = f"""
+    SELECT c.job_id FROM (
+        SELECT job_id FROM job_first_ts WHERE first_ts < :hi
+        UNION
+        SELECT job_id FROM dirty_jobs WHERE first_ts IS NULL OR first_ts < :hi
+    ) AS c
+    WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.job_id = c.job_id AND {_PRUNABLE})
+"""
+
+
+def kept_jobs(conn: Connection, month: datetime, cutoff: datetime) -> list[str]:
+    """The jobs kept by a prune to `cutoff` that can have events in `month` or before (a
+    superset of those that do)."""
+    return list(conn.execute(text(_KEPT_JOBS), {"hi": next_month(month), "cutoff": cutoff}
+                             ).scalars())
+
+
+def _drop_partition(conn: Connection, name: str, cutoff: datetime, steps: list[str]) -> int:
     """Drop one partition wholly before the horizon, moving the events of kept jobs to the
-    default partition first; return how many events were dropped (from the statistics)."""
+    default partition first; return how many events were dropped (from the statistics).
+    What each step took is added to `steps`."""
     started = time.perf_counter()
     _begin_ddl(conn)
     # Counted from the statistics (a month past the horizon no longer changes, so the count
@@ -165,7 +214,9 @@ def _drop_partition(conn: Connection, name: str, cutoff: datetime) -> int:
     # Detached first, so that no event can arrive in it unseen; its range now routes to
     # the default partition.
     detached = time.perf_counter()
-    kept = list(conn.execute(text(_JOBS_IN.format(p=name)), {"cutoff": cutoff}).scalars())
+    month = partition_month(name)
+    assert month is not None
+    kept = kept_jobs(conn, month, cutoff)
     listed = time.perf_counter()
     moved = 0
     if kept:
@@ -173,10 +224,10 @@ def _drop_partition(conn: Connection, name: str, cutoff: datetime) -> int:
                                   " WHERE job_id = ANY(:ids)"), {"ids": kept}).rowcount
     rescued = time.perf_counter()
     conn.execute(text(f"DROP TABLE {name}"))
-    log.info("events: dropped partition %s (%d events, %d of %d kept jobs moved; seconds:"
-             " count %.3f, detach %.3f, kept jobs %.3f, move %.3f, drop %.3f)",
-             name, total - moved, moved, len(kept), locking - started, detached - locking,
-             listed - detached, rescued - listed, time.perf_counter() - rescued)
+    steps.append(f"{total - moved} events, {moved} of {len(kept)} kept jobs moved; seconds:"
+                 f" count {locking - started:.3f}, detach {detached - locking:.3f}, kept jobs"
+                 f" {listed - detached:.3f}, move {rescued - listed:.3f},"
+                 f" drop {time.perf_counter() - rescued:.3f}")
     return total - moved
 
 
@@ -198,8 +249,12 @@ def drop_old_partitions(engine: Engine, cutoff: datetime) -> int:
             if (month := partition_month(name)) is not None and next_month(month) <= cutoff]
     dropped = 0
     for name in old:  # one transaction each: the lock on `events` is held briefly
+        steps: list[str] = []
         with engine.begin() as conn:
-            dropped += _drop_partition(conn, name, cutoff)
+            dropped += _drop_partition(conn, name, cutoff, steps)
+            committing = time.perf_counter()
+        log.info("events: dropped partition %s (%s, commit %.3f)", name, "".join(steps),
+                 time.perf_counter() - committing)
     return dropped
 
 
@@ -213,7 +268,7 @@ def prune_jobs(engine: Engine, cutoff: datetime, batch_jobs: int = BATCH_JOBS
         # One short transaction per batch: no long locks on a live database.
         with engine.begin() as conn:
             ids = [r[0] for r in conn.execute(
-                text("SELECT job_id FROM jobs WHERE NOT open AND last_at < :cutoff"
+                text(f"SELECT job_id FROM jobs WHERE {_PRUNABLE}"
                      " ORDER BY job_id LIMIT :n FOR UPDATE SKIP LOCKED"),
                 {"cutoff": cutoff, "n": batch_jobs},
             )]
@@ -223,6 +278,7 @@ def prune_jobs(engine: Engine, cutoff: datetime, batch_jobs: int = BATCH_JOBS
             events_deleted += conn.execute(
                 text("DELETE FROM events WHERE job_id = ANY(:ids)"), params
             ).rowcount
-            for table in ("segments", "rollup_hourly", "attempts", "dirty_jobs", "jobs"):
+            for table in ("segments", "rollup_hourly", "attempts", "dirty_jobs", "jobs",
+                          "job_first_ts"):
                 conn.execute(text(f"DELETE FROM {table} WHERE job_id = ANY(:ids)"), params)
             jobs_deleted += len(ids)

@@ -25,6 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+from ett_core.taxonomy import COMPONENTS
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -98,7 +100,9 @@ jobs = Table(
     Index("ix_jobs_model_last_at", "model", "last_at"),
     Index("ix_jobs_team_last_at", "team", "last_at"),
     Index("ix_jobs_open", "open", postgresql_where=text("open")),
-    # The jobs with queue time (scheduler-reported attempts): what a window's queue reads.
+    # The jobs with queue time (scheduler-reported attempts): what a window's queue reads
+    # (with statistics on the expression, st_jobs_queue_seconds, migration 0014, so that
+    # the planner knows how few they are).
     Index("ix_jobs_queued_last_at", "last_at",
           postgresql_where=text("(result ->> 'queue_seconds')::float8 > 0")),
     # Running jobs' rows are rewritten every pass: their result stays inline, uncompressed
@@ -197,6 +201,51 @@ fleet_weekly = Table(
     PrimaryKeyConstraint("week", "model", "team", "component", "phase", "owner"),
 )
 
+# The fleet rollup summed over models, by hour and by UTC day: what a window without a
+# model (the fleet by team or owner, a team's totals, the SLO burns, the charts) reads, a
+# twentieth of the rows (about 100 label sets an hour for 500 models, against 1,800).
+TEAM_COLUMNS = ("team", "component", "phase", "owner")
+
+
+def _team_rollup(name: str, column: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column(column, TS, nullable=False),
+        *(Column(label, Text, nullable=False) for label in TEAM_COLUMNS),
+        Column("settled_gpu_us", Numeric(30, 0), nullable=False),
+        Column("unsettled_gpu_us", Numeric(30, 0), nullable=False),
+        PrimaryKeyConstraint(column, *TEAM_COLUMNS),
+    )
+
+
+team_hourly = _team_rollup("team_hourly", "hour")
+team_daily = _team_rollup("team_daily", "day")
+
+# A model's answer per hour, UTC day and UTC week (from Monday), per team it ran under:
+# GPU-microseconds held per component, the at-risk part (unsettled effective training) and
+# the unreported part (the scheduler's word), the fleet rollup's label rows summed into the
+# figures a window by model adds up (service/results/windows.py): one row per model and
+# bucket instead of one per label set (about 14 a day).
+MODEL_FIGURES = (*(f"{c}_gpu_us" for c in COMPONENTS), "at_risk_gpu_us", "unreported_gpu_us")
+
+
+def _model_rollup(name: str, column: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column(column, TS, nullable=False),
+        Column("model", Text, nullable=False),
+        Column("team", Text, nullable=False),
+        *(Column(figure, Numeric(30, 0), nullable=False) for figure in MODEL_FIGURES),
+        PrimaryKeyConstraint(column, "model", "team"),
+    )
+
+
+model_hourly = _model_rollup("model_hourly", "hour")
+model_daily = _model_rollup("model_daily", "day")
+model_weekly = _model_rollup("model_weekly", "week")
+
 # All-time settled GPU-microseconds per label set: the source of the exported counters.
 settled_totals = Table(
     "settled_totals",
@@ -280,6 +329,18 @@ job_owners = Table(
     Column("job_id", Text, primary_key=True),
     Column("model", Text, nullable=False),
     Column("team", Text),
+)
+
+# A lower bound of each job's earliest stored event instant (to the second), kept by the
+# aggregator from the queue rows it consumes and the events it loads: what tells retention
+# which jobs can have events in a month partition without reading the partition
+# (store/retention.py). Events still queued are bounded by their queue rows instead.
+job_first_ts = Table(
+    "job_first_ts",
+    metadata,
+    Column("job_id", Text, primary_key=True),
+    Column("first_ts", TS, nullable=False),
+    Index("ix_job_first_ts_first_ts", "first_ts"),
 )
 
 # Per job, what a cohort sums (docs/impact.md): GPU-microseconds per Level-1

@@ -178,6 +178,13 @@ def test_slo_burn_of_a_component_share_from_the_rollups(db_engine) -> None:
             conn.execute(text(
                 "INSERT INTO fleet_daily VALUES (:d, 'm', 'ads', :c, :c, 'compiler', :g, 0)"),
                 {"d": datetime(2026, 11, 3, tzinfo=UTC), "c": component, "g": gpu_us})
+            # The same rows summed over models (one model here), as the aggregator keeps them.
+            conn.execute(text(
+                "INSERT INTO team_hourly VALUES (:h, 'ads', :c, :c, 'compiler', :g, 0)"),
+                {"h": now - timedelta(hours=1), "c": component, "g": gpu_us})
+            conn.execute(text(
+                "INSERT INTO team_daily VALUES (:d, 'ads', :c, :c, 'compiler', :g, 0)"),
+                {"d": datetime(2026, 11, 3, tzinfo=UTC), "c": component, "g": gpu_us})
         conn.execute(text(
             "INSERT INTO segments VALUES ('j', 1, :h, 0, :s, :e, 8, 'm', 'ads',"
             " 'compilation', 'compilation', 'compiler', true)"),

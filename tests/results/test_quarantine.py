@@ -101,6 +101,7 @@ def test_random_valid_batches_from_many_writers_never_make_a_pass_fail(
     with db_engine.begin() as conn:
         conn.execute(text("TRUNCATE events, dirty_jobs, jobs, attempts, segments,"
                           " rollup_hourly, fleet_hourly, fleet_daily, fleet_weekly,"
+                          " team_hourly, team_daily, model_hourly, model_daily, model_weekly,"
                           " settled_totals,"
                           " aggregation_quarantine, job_owners"))
     run = uuid.uuid4().hex[:8]  # the app's owner cache outlives the truncation

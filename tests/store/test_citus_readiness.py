@@ -19,13 +19,14 @@ from service.store import tables
 # Distributed by job, the events' shards co-located with the results computed from them.
 DISTRIBUTED = {name: "job_id" for name in (
     "events", "job_owners", "jobs", "attempts", "segments", "rollup_hourly",
-    "checkpoint_attempts", "job_impact")}
+    "checkpoint_attempts", "job_impact", "job_first_ts")}
 # Small, read everywhere, written rarely: a copy on every node.
 REFERENCE = {"api_tokens", "annotations"}
 # On the coordinator: the work queue (`FOR UPDATE SKIP LOCKED` works on single-shard
 # queries only), the quarantine (read joined to the queue), the fleet sums (keyed by hour
 # and labels, not by job) and the aggregator's own state.
 LOCAL = {"dirty_jobs", "aggregation_quarantine", "fleet_hourly", "fleet_daily", "fleet_weekly",
+         "team_hourly", "team_daily", "model_hourly", "model_daily", "model_weekly",
          "settled_totals", "aggregator_state"}
 
 # The statements run per request or per job of a pass, by where they live: a module
@@ -40,7 +41,8 @@ HOT_PATHS = {
     "aggregate: replace a chunk's rows": [
         "service.store.results:_DELETE_ROLLUP", "service.store.results:delete_job_rows",
         "service.store.results:update_jobs", "service.store.impact:replace_job_impact",
-        "service.store.result_rows:replace_checkpoint_facts"],
+        "service.store.result_rows:replace_checkpoint_facts",
+        "service.store.retention:_NOTE_FIRST_TS"],
     "read: one job": [
         "service.store.queries:job_result", "service.store.queries:job_has_events",
         "service.store.queries:job_segments", "service.store.queries:job_marks",

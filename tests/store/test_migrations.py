@@ -115,3 +115,35 @@ def test_0009_partitions_a_populated_events_table_by_month_in_place(pg_server_ur
             assert [r[1:] for r in conn.execute(read)] == before
     finally:
         engine.dispose()
+
+
+def test_0014_bounds_the_first_event_of_every_job_stored_before(pg_server_url) -> None:
+    """Events stored under 0013, aggregated or not, queued or not (a COPY straight into
+    `events` queues nothing): each job's bound is its earliest event, so the first prune
+    after the upgrade finds every job a month holds."""
+    engine = make_engine(create_database(pg_server_url, "ett_mig14"), pool_size=1)
+    insert = text("INSERT INTO events (event_id, ts, job_id, attempt, model, type)"
+                  " VALUES (gen_random_uuid(), :ts, :job, 0, 'm', 'heartbeat')")
+    rows = [("a", "2026-09-30T23:59:59.5Z"), ("a", "2026-10-02T00:00:00Z"),
+            ("b", "2026-11-15T12:00:00Z"), ("c@ads", "2026-10-20T00:00:00Z")]
+    try:
+        migrate.upgrade(engine, "0013")
+        with engine.begin() as conn:
+            for job, ts in rows:
+                conn.execute(insert, {"job": job, "ts": ts})
+        migrate.upgrade(engine)
+        migrate.check(engine)
+        with engine.connect() as conn:
+            bounds = {job: at.isoformat() for job, at in conn.execute(text(
+                "SELECT job_id, first_ts FROM job_first_ts"))}
+            kept = retention.kept_jobs(conn, datetime(2026, 10, 1, tzinfo=UTC),
+                                       datetime(2026, 12, 1, tzinfo=UTC))
+        assert bounds == {"a": "2026-09-30T23:59:59.500000+00:00",
+                          "b": "2026-11-15T12:00:00+00:00",
+                          "c@ads": "2026-10-20T00:00:00+00:00"}
+        assert sorted(kept) == ["a", "c@ads"]
+        migrate.downgrade(engine, "0013")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT to_regclass('job_first_ts')")).scalar() is None
+    finally:
+        engine.dispose()

@@ -1,0 +1,183 @@
+"""The team and model rollups (migration 0014) hold exactly the fleet's label rows summed,
+through passes, revisions and a recompute; and every read that moved to them answers
+exactly what the fleet's rows answer: `window_rows` without a model, `window_figures` by
+model and team (the windows by model, team or none, the models overview, the /metrics
+ratios), `component_series`. The fleet mixes weeks of jobs crossing midnights and Mondays,
+the demo fleet's teams and owners, the scheduler's word (unreported time), a running job
+(time at risk) and revisions that empty cells."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from service.results.windows import figure_groups, summarise
+from service.store import queries as q
+from service.store.tables import MODEL_FIGURES
+from tests.factories import BASE, NOW, demo_events, event, post_all, spec_example, ts, wipe_results
+
+FIRST = datetime(2026, 10, 20, 5, 17, tzinfo=UTC)
+JOBS = [(f"w-{i}", f"model-{i % 2}", FIRST + timedelta(hours=31 * i, minutes=7 * i))
+        for i in range(22)]
+WINDOWS = [
+    (FIRST - timedelta(days=1), NOW),
+    (datetime(2026, 10, 21, 3, 41, 9, tzinfo=UTC), datetime(2026, 11, 19, 22, 13, tzinfo=UTC)),
+    (datetime(2026, 10, 26, tzinfo=UTC), datetime(2026, 11, 9, tzinfo=UTC)),
+    (datetime(2026, 10, 27, tzinfo=UTC), datetime(2026, 11, 2, 5, tzinfo=UTC)),
+    (BASE + timedelta(minutes=31), BASE + timedelta(minutes=50)),  # inside one hour
+    (BASE + timedelta(minutes=31), BASE + timedelta(hours=3, minutes=10)),
+    (BASE + timedelta(hours=2), BASE + timedelta(hours=30)),
+    (NOW - timedelta(days=7), NOW),
+    (NOW - timedelta(days=28), NOW),
+    (NOW - timedelta(hours=1, minutes=20), NOW),
+    (datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 9, 2, tzinfo=UTC)),  # nothing held
+]
+
+
+def sched(type_: str, minutes: float, **fields):
+    return event(type_, minutes, attrs={"source": "scheduler", **fields.pop("attrs", {})},
+                 **fields)
+
+
+def _fleet(api, agg) -> None:
+    for job_id, model, base in JOBS:
+        post_all(api, spec_example(job_id, model, base))
+    post_all(api, demo_events(models=4, hours=30))
+    post_all(api, [
+        # Nobody instrumented this one; the other's trainer fell silent: unreported time.
+        sched("allocated", 0, job_id="u1", model="batch", team="eval", gpus=4,
+              attrs={"queued_at": ts(-5)}),
+        sched("released", 30, job_id="u1", model="batch", team="eval",
+              attrs={"reason": "completed"}),
+        sched("allocated", 0, job_id="s1", model="llama", team="llm", gpus=8),
+        event("allocated", 1, job_id="s1", model="llama", team="llm", gpus=8),
+        event("phase_start", 2, job_id="s1", model="llama", phase="training"),
+        event("heartbeat", 3, job_id="s1", model="llama"),
+        # Training now, no checkpoint yet: time at risk.
+        event("allocated", 0, job_id="r1", model="llama", team="llm", gpus=16,
+              base=NOW - timedelta(hours=3)),
+        event("phase_start", 0, job_id="r1", model="llama", phase="training",
+              base=NOW - timedelta(hours=3)),
+        event("heartbeat", 0, job_id="r1", model="llama", base=NOW - timedelta(minutes=1))])
+    agg.run_pass()
+    # Revisions: a late checkpoint taken at the failure moves all its lost progress back
+    # to training (the job's lost-progress cells fall to zero); a job gets a third attempt
+    # a week later.
+    job_id, model, base = JOBS[3]
+    post_all(api, [event("checkpoint", 80, job_id=job_id, model=model, base=base,
+                         attrs={"snapshot_ts": (base + timedelta(minutes=80)).isoformat()})])
+    job_id, model, base = JOBS[5]
+    post_all(api, [event("allocated", 7 * 1440, job_id=job_id, model=model, base=base,
+                         attempt=2, gpus=8),
+                   event("released", 7 * 1440 + 45, job_id=job_id, model=model, base=base,
+                         attempt=2, attrs={"reason": "completed"})])
+    agg.run_pass()
+
+
+def _summed(conn) -> dict[str, list[tuple]]:
+    """The team and model rollups, and the same recomputed from the fleet's rows."""
+    held = "settled_gpu_us + unsettled_gpu_us"
+    figures = ", ".join([
+        *(f"coalesce(sum({held}) FILTER (WHERE component = '{f.removesuffix('_gpu_us')}'), 0)"
+          for f in MODEL_FIGURES[:-2]),
+        "coalesce(sum(unsettled_gpu_us) FILTER (WHERE component = 'effective_training'), 0)",
+        f"coalesce(sum({held}) FILTER (WHERE phase = 'unreported'), 0)"])
+    out = {}
+    for level, column in (("hourly", "hour"), ("daily", "day"), ("weekly", "week")):
+        if level != "weekly":
+            out[f"team_{level}"] = (
+                f"SELECT * FROM team_{level} ORDER BY 1, 2, 3, 4, 5",
+                f"SELECT {column}, team, component, phase, owner, sum(settled_gpu_us),"
+                f" sum(unsettled_gpu_us) FROM fleet_{level} GROUP BY 1, 2, 3, 4, 5"
+                " ORDER BY 1, 2, 3, 4, 5")
+        out[f"model_{level}"] = (
+            f"SELECT * FROM model_{level} ORDER BY 1, 2, 3",
+            f"SELECT {column}, model, team, {figures} FROM fleet_{level} GROUP BY 1, 2, 3"
+            " ORDER BY 1, 2, 3")
+    return {name: [[tuple(r) for r in conn.execute(text(sql))] for sql in pair]
+            for name, pair in out.items()}
+
+
+def test_the_team_and_model_rollups_are_the_fleets_rows_summed(api, agg, db_engine) -> None:
+    """Every row, zero ones included: a summed row exists exactly when a fleet row it sums
+    does, through passes, revisions, and a recompute of everything."""
+    _fleet(api, agg)
+    with db_engine.connect() as conn:
+        zeros = conn.execute(text(
+            "SELECT count(*) FROM fleet_hourly WHERE settled_gpu_us = 0"
+            " AND unsettled_gpu_us = 0")).scalar_one()
+        for name, (kept, recomputed) in _summed(conn).items():
+            assert kept == recomputed, name
+            assert kept, name
+    assert zeros, "a revision emptied some cells"
+    wipe_results(db_engine)
+    agg.run_pass(recompute_all=True)
+    with db_engine.connect() as conn:
+        for name, (kept, recomputed) in _summed(conn).items():
+            assert kept == recomputed, name
+
+
+@pytest.fixture
+def fleet(api, agg, db_engine):
+    _fleet(api, agg)
+    return db_engine
+
+
+def _sorted(rows: list[dict]) -> list[tuple]:
+    return sorted(tuple(sorted(r.items())) for r in rows)
+
+
+@pytest.mark.parametrize(("keys", "filters", "exclude"), [
+    ([], {}, ()),
+    (["team", "owner", "phase"], {}, ()),
+    (["phase"], {"team": "llm"}, ()),
+    (["owner"], {"team": ["ads", "feed"]}, ()),
+    (["phase"], {"owner": "scheduler"}, ("effective_training",)),
+    (["component", "team"], {"model": None, "team": None}, ()),
+])
+def test_a_window_without_a_model_reads_the_team_rollups_and_answers_the_same(
+        fleet, keys, filters, exclude) -> None:
+    with fleet.connect() as conn:
+        for start, end in WINDOWS:
+            old = q.window_rows(conn, start, end, keys, filters, exclude, rollup="fleet")
+            new = q.window_rows(conn, start, end, keys, filters, exclude)
+            assert _sorted(new) == _sorted(old), (start, end)
+            assert new == q.window_rows(conn, start, end, keys, filters, exclude, rollup="team")
+
+
+@pytest.mark.parametrize("filters", [
+    {}, {"model": "llama", "team": None}, {"team": "llm"}, {"model": ["model-0", "batch"]},
+    {"model": []}, {"team": "nobody"},
+])
+def test_a_window_by_model_team_or_nothing_reads_the_model_rollups_and_answers_the_same(
+        fleet, filters) -> None:
+    """The groups an answer is built from (`summarise` of the fleet's rows, what it was
+    read from before): the same groups, the same integers."""
+    with fleet.connect() as conn:
+        for start, end in WINDOWS:
+            for keys in ([], ["model"], ["team"], ["model", "team"]):
+                figures = q.window_figures(conn, start, end, keys, filters)
+                rows = q.window_rows(conn, start, end, [*keys, "phase"], filters,
+                                     rollup="fleet")
+                for key in (None, *keys):
+                    assert figure_groups(figures, key) == summarise(rows, key), (start, end, key)
+                assert len(figures) == len({tuple(r[k] for k in keys) for r in rows})
+
+
+@pytest.mark.parametrize("filters", [{}, {"team": "llm"}, {"owner": "scheduler"},
+                                     {"team": "nobody"}])
+def test_a_chart_without_a_model_reads_the_team_rollups_and_draws_the_same(fleet,
+                                                                           filters) -> None:
+    with fleet.connect() as conn:
+        for start, end in WINDOWS:
+            for step in ("hour", "day"):
+                first = q.floor_hour(start) if step == "hour" else q.floor_day(start)
+                old = q.component_series(conn, first, end, step, filters, rollup="fleet")
+                new = q.component_series(conn, first, end, step, filters)
+                assert sorted(map(_key, new)) == sorted(map(_key, old)), (start, end, step)
+
+
+def _key(row: dict) -> tuple:
+    return row["at"], row["component"], row["held"], row["unsettled"]
