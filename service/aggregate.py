@@ -110,11 +110,11 @@ def due_events(events: Sequence[Event], now_us: int) -> Sequence[Event]:
 
 
 def first_instants(seqs: Sequence[tuple[str, int, datetime | None]],
-                   loaded: Mapping[str, Sequence[Event]]) -> dict[str, datetime | None]:
+                   loaded: Mapping[str, int]) -> dict[str, datetime | None]:
     """What a chunk knows of each job's earliest event (`retention.note_first_ts`): its
-    consumed queue rows' instants and the first of the events it loaded whole (in time
-    order). None for a job with a queue row that did not know its instant and events not
-    loaded: only its stored events can say."""
+    consumed queue rows' instants and the earliest of the events it read whole (`loaded`:
+    job -> epoch microseconds). None for a job with a queue row that did not know its
+    instant and events not read: only its stored events can say."""
     known: dict[str, list[datetime]] = {}
     unknown = set()
     for job, _seq, first in seqs:
@@ -122,9 +122,8 @@ def first_instants(seqs: Sequence[tuple[str, int, datetime | None]],
             unknown.add(job)
         else:
             known.setdefault(job, []).append(first)
-    for job, job_events in loaded.items():
-        if job_events:
-            known.setdefault(job, []).append(us_to_dt(job_events[0].ts_us))
+    for job, first_us in loaded.items():
+        known.setdefault(job, []).append(us_to_dt(first_us))
     out: dict[str, datetime | None] = {job: None for job in unknown if job not in loaded}
     out.update((job, min(instants)) for job, instants in known.items() if job not in out)
     return out
@@ -262,6 +261,21 @@ class Aggregator:
         if pending:
             yield pending
 
+    @staticmethod
+    def _chunk_events(conn: Connection, locked: list[str], resumed: Mapping[str, object],
+                      events: Mapping[str, Sequence[Event]], missing: list[str]
+                      ) -> Iterator[tuple[str, Sequence[Event] | None]]:
+        """Each job of a chunk with its events (None for a resumed job): the cached ones,
+        then those read from the database one job at a time (`store.stream_events`), so a
+        chunk of long-running jobs holds one job's events at a time, not all of them."""
+        for job_id in locked:
+            if job_id in resumed:
+                yield job_id, None
+            elif job_id in events:
+                yield job_id, events[job_id]
+        if missing:
+            yield from store.stream_events(conn, missing)
+
     def _compute(self, job_id: str, events: Sequence, now_us: int
                  ) -> JobComputation | str:
         """The job's computation, or the error that stopped it."""
@@ -360,24 +374,24 @@ class Aggregator:
             events = {job: entry.events for job, entry in cached.items()
                       if entry.snapshot is None and job not in resumed}
             missing = [j for j in locked if j not in events and j not in resumed]
-            loaded = store.load_events(conn, missing) if missing else {}
-            events.update(loaded)
+            loaded: dict[str, int] = {}  # job -> its earliest event, of those read whole
             computed: list[tuple[str, JobComputation]] = []
             failed: dict[str, str] = {}
             formatter = RowFormatter(now_us)
             rows = {}
             deferred: dict[str, int] = {}  # job -> its earliest event not due yet
             snapshots: dict[str, JobSnapshot] = {}
-            for job_id in locked:
+            for job_id, stored in self._chunk_events(conn, locked, resumed, events, missing):
                 previous = None
-                if job_id in resumed:
+                if stored is None:
                     comp, snap, later = resumed[job_id]
                     entry = cached[job_id]
                     previous = (entry.rows, entry.segments)
                     if later is not None:
                         deferred[job_id] = later
                 else:
-                    stored = events.get(job_id, [])
+                    if job_id not in events:  # read whole just now
+                        loaded[job_id] = stored[0].ts_us
                     job_events = due_events(stored, now_us)
                     if job_events is not stored:
                         deferred[job_id] = min(e.ts_us for e in stored if e.ts_us > now_us)
@@ -388,6 +402,14 @@ class Aggregator:
                     if (self.incremental and not isinstance(comp, str)
                             and comp.result.state == "running"):
                         snap = self._snapshot(job_id, comp, now_us)
+                    if not isinstance(comp, str):
+                        # What resuming needs is in the snapshot now: the computation
+                        # kept for storing must not hold the job's events for the rest
+                        # of the chunk.
+                        if (remember and snap is None and job_id not in events
+                                and comp.result.state == "running"):
+                            events[job_id] = stored  # the cache keeps them (no snapshot)
+                        comp = replace(comp, parts=None)
                 if isinstance(comp, str):
                     failed[job_id] = comp
                 elif comp.result.attempts:

@@ -6,7 +6,7 @@ Never commits: `service.aggregate` owns each transaction.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
@@ -187,6 +187,22 @@ def load_events_from(conn: Connection, since: Mapping[str, int]) -> dict[str, li
                                         "earliest": us_to_dt(min(since.values()))})
         rows = cur.fetchall()
     return {job_id: list(events) for job_id, events in groupby(rows, _JOB_ID)}
+
+
+_STREAM_ROWS = 10_000
+
+
+def stream_events(conn: Connection, job_ids: Sequence[str]) -> Iterator[tuple[str, list[Event]]]:
+    """`load_events` one job at a time: a chunk of long-running jobs (a month of heartbeats
+    each) would otherwise hold every job's events at once. Rows arrive in pages of
+    `_STREAM_ROWS` (libpq's chunked rows: the same statement and plan, no server-side
+    cursor); nothing else may use the connection until the iterator is exhausted."""
+    raw = conn.connection.driver_connection
+    with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
+        set_json_loads(orjson.loads, cur)
+        rows = cur.stream(_LOAD_EVENTS, {"ids": list(job_ids)}, size=_STREAM_ROWS)
+        for job_id, events in groupby(rows, _JOB_ID):
+            yield job_id, list(events)
 
 
 def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Event]]:

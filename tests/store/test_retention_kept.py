@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 import service.aggregate as aggregate_module
+from ett_core.instants import dt_to_us
 from service.store import retention
 from service.store.retention import ensure_partitions, kept_jobs, partitions, prune
 from tests.factories import event, fixed, post_all, spec_example
@@ -262,17 +263,9 @@ def test_first_instants_of_a_chunk() -> None:
     not loaded, to the database."""
     t = [datetime(2026, 1, d, tzinfo=UTC) for d in range(1, 5)]
     seqs = [("a", 1, t[2]), ("a", 2, t[1]), ("b", 3, None), ("c", 4, None), ("c", 5, t[0])]
-    loaded = {"b": [_ev("b", t[3])], "d": [_ev("d", t[2]), _ev("d", t[3])]}
+    loaded = {"b": dt_to_us(t[3]), "d": dt_to_us(t[2])}
     assert aggregate_module.first_instants(seqs, loaded) == {
         "a": t[1], "b": t[3], "c": None, "d": t[2]}
-
-
-def _ev(job_id: str, at: datetime):
-    from ett_core import Event
-    from ett_core.instants import dt_to_us
-
-    return Event(event_id="x", ts_us=dt_to_us(at), job_id=job_id, attempt=0, model="m",
-                 type="heartbeat", phase=None, gpus=None, team=None, rank=None)
 
 
 def test_drop_old_partitions_logs_its_steps(api, app_context, db_engine, caplog) -> None:
