@@ -264,16 +264,22 @@ def prune_jobs(engine: Engine, cutoff: datetime, batch_jobs: int = BATCH_JOBS
     events (in the partition straddling the horizon, in the default one), row by row;
     return (jobs, events)."""
     jobs_deleted = events_deleted = 0
+    after = ""  # every job id sorts after the empty string
     while True:
-        # One short transaction per batch: no long locks on a live database.
+        # One short transaction per batch: no long locks on a live database. Each batch
+        # starts after the last one's ids: from the start of the key again, it would step
+        # over every row deleted so far (dead until vacuumed), a quadratic walk (40 s for
+        # 41,000 jobs of the 180-day fleet). A job locked by an aggregator is skipped
+        # until the next prune.
         with engine.begin() as conn:
             ids = [r[0] for r in conn.execute(
-                text(f"SELECT job_id FROM jobs WHERE {_PRUNABLE}"
+                text(f"SELECT job_id FROM jobs WHERE {_PRUNABLE} AND job_id > :after"
                      " ORDER BY job_id LIMIT :n FOR UPDATE SKIP LOCKED"),
-                {"cutoff": cutoff, "n": batch_jobs},
+                {"cutoff": cutoff, "n": batch_jobs, "after": after},
             )]
             if not ids:
                 return jobs_deleted, events_deleted
+            after = ids[-1]
             params = {"ids": ids}
             events_deleted += conn.execute(
                 text("DELETE FROM events WHERE job_id = ANY(:ids)"), params

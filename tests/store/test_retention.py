@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from service.store.retention import ensure_partitions, partitions, prune
+from service.store.retention import ensure_partitions, partitions, prune, prune_jobs
 from tests.factories import NOW, event, fixed, post_all, spec_example
 
 
@@ -23,6 +23,21 @@ def test_prune_drops_old_jobs_but_windows_stay_the_same(api, app_context, db_eng
     assert api.get("/v1/ett", params=params).json() == before
     assert api.get("/v1/jobs/old").status_code == 404
     with db_engine.connect() as conn:
+        left = conn.execute(text("SELECT DISTINCT job_id FROM events")).scalars().all()
+    assert left == ["running"]
+
+
+def test_prune_in_batches_goes_through_every_old_job_once(api, app_context, db_engine) -> None:
+    """Batches of two, each after the last one's ids: all five old jobs go, the running
+    one stays."""
+    app_context.aggregator.clock = fixed()
+    for k in range(5):
+        post_all(api, spec_example(job_id=f"old-{k}"))
+    post_all(api, spec_example(job_id="running", base=NOW - timedelta(minutes=25))[:8])
+    app_context.aggregator.run_pass()
+    assert prune_jobs(db_engine, NOW - timedelta(days=7), batch_jobs=2) == (5, 5 * 27)
+    with db_engine.connect() as conn:
+        assert conn.execute(text("SELECT job_id FROM jobs")).scalars().all() == ["running"]
         left = conn.execute(text("SELECT DISTINCT job_id FROM events")).scalars().all()
     assert left == ["running"]
 
