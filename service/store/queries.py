@@ -219,13 +219,25 @@ def job_has_events(conn: Connection, job_id: str) -> bool:
     ).scalar_one()
 
 
+# A loose index scan of ix_jobs_team_model: each step is one probe for the next pair, so
+# the cost is the number of pairs (about the models), not of jobs (a DISTINCT over `jobs`
+# read every job's row: a full page each, since results are stored inline).
+_PAIRS = """
+    WITH RECURSIVE p(team, model) AS (
+        (SELECT team, model FROM jobs WHERE {where} ORDER BY team, model LIMIT 1)
+        UNION ALL
+        SELECT n.team, n.model FROM p CROSS JOIN LATERAL (
+            SELECT team, model FROM jobs WHERE (team, model) > (p.team, p.model) AND {where}
+            ORDER BY team, model LIMIT 1) n
+    )
+    SELECT model, team FROM p ORDER BY model, team
+"""
+
+
 def models_and_teams(conn: Connection, team: str | None = None) -> list[tuple[str, str]]:
-    """Every (model, team) of a job; only `team`'s if given (on its index)."""
-    if team is None:
-        rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs ORDER BY model, team"))
-    else:
-        rows = conn.execute(text("SELECT DISTINCT model, team FROM jobs WHERE team = :t"
-                                 " ORDER BY model, team"), {"t": team})
+    """Every (model, team) of a job; only `team`'s if given."""
+    where, params = ("true", {}) if team is None else ("team = :t", {"t": team})
+    rows = conn.execute(text(_PAIRS.format(where=where)), params)
     return [(r[0], r[1]) for r in rows]
 
 

@@ -99,6 +99,8 @@ jobs = Table(
     Column("computed_at", TS, nullable=False),
     Index("ix_jobs_model_last_at", "model", "last_at"),
     Index("ix_jobs_team_last_at", "team", "last_at"),
+    # The (team, model) pairs, stepped through one index probe each (migration 0015).
+    Index("ix_jobs_team_model", "team", "model"),
     Index("ix_jobs_open", "open", postgresql_where=text("open")),
     # The jobs with queue time (scheduler-reported attempts): what a window's queue reads
     # (with statistics on the expression, st_jobs_queue_seconds, migration 0014, so that
