@@ -15,23 +15,22 @@ one job at a time, each in its own savepoint, and the job that fails is quaranti
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
-from ett_core import Event, JobComputation, Taxonomy, compute_job
-from ett_core.instants import US_PER_SECOND, dt_to_us, us_to_dt
+from ett_core import JobComputation, Taxonomy, compute_job
+from ett_core.instants import US_PER_SECOND, dt_to_us
 from ett_core.resume import JobSnapshot, computation_of, resume_job, snapshot_job
+from service.aggregation.chunks import chunk_events, chunked, due_events, first_instants, gc_paused
 from service.aggregation.running_job_cache import Entry, RunningJobCache
 from service.settings import Settings, default
 from service.store import impact, retention, state
@@ -70,63 +69,6 @@ class PassReport:
             "jobs_quarantined": self.jobs_quarantined,
             "lag_seconds": self.lag_seconds,
         }
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold off the cyclic garbage collector while one chunk of jobs is recomputed.
-
-    A chunk allocates hundreds of thousands of small acyclic objects (events, segments,
-    row text), all freed by reference counting; the collector's passes over them cost a
-    tenth of a full recompute (docs/performance.md). It resumes between chunks, once a
-    chunk's objects are freed (else its first pass would walk them all), so any cyclic
-    garbage waits at most one chunk.
-    """
-    if not gc.isenabled():  # someone else paused it: theirs to resume
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def _chunked(jobs: list[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(jobs), size):
-        yield jobs[start:start + size]
-
-
-def due_events(events: Sequence[Event], now_us: int) -> Sequence[Event]:
-    """The events that have happened by `now_us` (`events` itself when all have).
-
-    Ingest allows a small clock skew ahead of the server; an event stamped in the future
-    (a `released` 290 s ahead) would otherwise count those seconds as held time now. It is
-    read once the clock reaches it: the job is queued again until then.
-    """
-    if all(e.ts_us <= now_us for e in events):
-        return events
-    return [e for e in events if e.ts_us <= now_us]
-
-
-def first_instants(seqs: Sequence[tuple[str, int, datetime | None]],
-                   loaded: Mapping[str, int]) -> dict[str, datetime | None]:
-    """What a chunk knows of each job's earliest event (`retention.note_first_ts`): its
-    consumed queue rows' instants and the earliest of the events it read whole (`loaded`:
-    job -> epoch microseconds). None for a job with a queue row that did not know its
-    instant and events not read: only its stored events can say."""
-    known: dict[str, list[datetime]] = {}
-    unknown = set()
-    for job, _seq, first in seqs:
-        if first is None:
-            unknown.add(job)
-        else:
-            known.setdefault(job, []).append(first)
-    for job, first_us in loaded.items():
-        known.setdefault(job, []).append(us_to_dt(first_us))
-    out: dict[str, datetime | None] = {job: None for job in unknown if job not in loaded}
-    out.update((job, min(instants)) for job, instants in known.items() if job not in out)
-    return out
 
 
 def model_share(model: str, parts: int) -> int:
@@ -211,16 +153,16 @@ class Aggregator:
                 report.lag_seconds = max(0.0, (now - min(queued.values())).total_seconds())
             if not recompute_all:
                 self._cache.retain(jobs)
-                chunks = _chunked(jobs, self.batch_jobs)
+                chunks = chunked(jobs, self.batch_jobs)
             elif share is None:
                 # The queued and running jobs first (what a plain pass takes), then every job.
-                chunks = itertools.chain(_chunked(jobs, self.batch_jobs),
+                chunks = itertools.chain(chunked(jobs, self.batch_jobs),
                                          self._all_jobs(None, skip=set(jobs)))
             else:
                 chunks = self._all_jobs(share, skip=set())
             done = 0
             for chunk in chunks:
-                with _gc_paused():  # and the chunk's objects freed before it resumes
+                with gc_paused():  # and the chunk's objects freed before it resumes
                     self._run_chunk(chunk, now, report, remember=not recompute_all)
                 done += len(chunk)
                 if progress is not None:
@@ -260,21 +202,6 @@ class Aggregator:
                     pending = []
         if pending:
             yield pending
-
-    @staticmethod
-    def _chunk_events(conn: Connection, locked: list[str], resumed: Mapping[str, object],
-                      events: Mapping[str, Sequence[Event]], missing: list[str]
-                      ) -> Iterator[tuple[str, Sequence[Event] | None]]:
-        """Each job of a chunk with its events (None for a resumed job): the cached ones,
-        then those read from the database one job at a time (`store.stream_events`), so a
-        chunk of long-running jobs holds one job's events at a time, not all of them."""
-        for job_id in locked:
-            if job_id in resumed:
-                yield job_id, None
-            elif job_id in events:
-                yield job_id, events[job_id]
-        if missing:
-            yield from store.stream_events(conn, missing)
 
     def _compute(self, job_id: str, events: Sequence, now_us: int
                  ) -> JobComputation | str:
@@ -381,7 +308,7 @@ class Aggregator:
             rows = {}
             deferred: dict[str, int] = {}  # job -> its earliest event not due yet
             snapshots: dict[str, JobSnapshot] = {}
-            for job_id, stored in self._chunk_events(conn, locked, resumed, events, missing):
+            for job_id, stored in chunk_events(conn, locked, resumed, events, missing):
                 previous = None
                 if stored is None:
                     comp, snap, later = resumed[job_id]

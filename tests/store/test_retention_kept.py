@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 import service.aggregate as aggregate_module
+import service.aggregation.chunks as chunks_module
 from ett_core.instants import dt_to_us
 from service.store import retention
 from service.store.retention import ensure_partitions, kept_jobs, partitions, prune
@@ -264,7 +265,7 @@ def test_first_instants_of_a_chunk() -> None:
     t = [datetime(2026, 1, d, tzinfo=UTC) for d in range(1, 5)]
     seqs = [("a", 1, t[2]), ("a", 2, t[1]), ("b", 3, None), ("c", 4, None), ("c", 5, t[0])]
     loaded = {"b": dt_to_us(t[3]), "d": dt_to_us(t[2])}
-    assert aggregate_module.first_instants(seqs, loaded) == {
+    assert chunks_module.first_instants(seqs, loaded) == {
         "a": t[1], "b": t[3], "c": None, "d": t[2]}
 
 
