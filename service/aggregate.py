@@ -308,7 +308,8 @@ class Aggregator:
             rows = {}
             deferred: dict[str, int] = {}  # job -> its earliest event not due yet
             snapshots: dict[str, JobSnapshot] = {}
-            for job_id, stored in chunk_events(conn, locked, resumed, events, missing):
+            for job_id, stored, read_now in chunk_events(conn, locked, resumed, events,
+                                                           missing):
                 previous = None
                 if stored is None:
                     comp, snap, later = resumed[job_id]
@@ -317,7 +318,7 @@ class Aggregator:
                     if later is not None:
                         deferred[job_id] = later
                 else:
-                    if job_id not in events:  # read whole just now
+                    if read_now:
                         loaded[job_id] = stored[0].ts_us
                     job_events = due_events(stored, now_us)
                     if job_events is not stored:
@@ -333,7 +334,7 @@ class Aggregator:
                         # What resuming needs is in the snapshot now: the computation
                         # kept for storing must not hold the job's events for the rest
                         # of the chunk.
-                        if (remember and snap is None and job_id not in events
+                        if (remember and snap is None and read_now
                                 and comp.result.state == "running"):
                             events[job_id] = stored  # the cache keeps them (no snapshot)
                         comp = replace(comp, parts=None)

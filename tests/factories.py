@@ -171,3 +171,26 @@ def faster_recovery(job_id: str, hours_later: int = 0) -> list[dict]:
             e["ts"] = ts(94, base)
         out.append(e)
     return out
+
+
+# Four weeks and a half, Tuesday 2026-10-20 to Sunday 2026-11-22 (UTC), one worked-example
+# job every 31 hours at a different minute of the hour (two models), so jobs cross
+# midnights and the Monday boundaries.
+WEEKS_FIRST = datetime(2026, 10, 20, 5, 17, tzinfo=UTC)
+WEEKS_JOBS = [(f"w-{i}", f"model-{i % 2}", WEEKS_FIRST + timedelta(hours=31 * i, minutes=7 * i))
+              for i in range(22)]
+
+
+def revise_weeks_jobs(api, checkpoint_minute: int) -> None:
+    """Revisions of WEEKS_JOBS after a pass: a late checkpoint taken at `checkpoint_minute`
+    of the fourth job (at the failure, it moves all the lost progress back to training),
+    and a third attempt of the sixth job a week later (rows in another week)."""
+    job_id, model, base = WEEKS_JOBS[3]
+    snapshot = (base + timedelta(minutes=checkpoint_minute)).isoformat()
+    post_all(api, [event("checkpoint", checkpoint_minute, job_id=job_id, model=model,
+                         base=base, attrs={"snapshot_ts": snapshot})])
+    job_id, model, base = WEEKS_JOBS[5]
+    post_all(api, [event("allocated", 7 * 1440, job_id=job_id, model=model, base=base,
+                         attempt=2, gpus=8),
+                   event("released", 7 * 1440 + 45, job_id=job_id, model=model, base=base,
+                         attempt=2, attrs={"reason": "completed"})])

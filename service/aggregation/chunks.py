@@ -75,15 +75,16 @@ def first_instants(seqs: Sequence[tuple[str, int, datetime | None]],
 
 def chunk_events(conn: Connection, locked: list[str], resumed: Mapping[str, object],
                  events: Mapping[str, Sequence[Event]], missing: list[str]
-                 ) -> Iterator[tuple[str, Sequence[Event] | None]]:
-    """Each job of a chunk with its events (None for a resumed job): the cached ones,
-    then those read from the database one job at a time (`store.stream_events`), so a
-    chunk of long-running jobs holds one job's events at a time, not all of them."""
+                 ) -> Iterator[tuple[str, Sequence[Event] | None, bool]]:
+    """Each job of a chunk with its events (None for a resumed job) and whether they were
+    read from the database just now: the cached ones first, then the others one job at a
+    time (`store.stream_events`), so a chunk of long-running jobs holds one job's events
+    at a time, not all of them."""
     for job_id in locked:
         if job_id in resumed:
-            yield job_id, None
+            yield job_id, None, False
         elif job_id in events:
-            yield job_id, events[job_id]
+            yield job_id, events[job_id], False
     if missing:
-        yield from store.stream_events(conn, missing)
-
+        for job_id, stored in store.stream_events(conn, missing):
+            yield job_id, stored, True

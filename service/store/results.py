@@ -197,6 +197,9 @@ def stream_events(conn: Connection, job_ids: Sequence[str]) -> Iterator[tuple[st
     each) would otherwise hold every job's events at once. Rows arrive in pages of
     `_STREAM_ROWS` (libpq's chunked rows: the same statement and plan, no server-side
     cursor); nothing else may use the connection until the iterator is exhausted."""
+    # The hottest read of a pass: a plain psycopg cursor that builds the Events itself (no
+    # per-row SQLAlchemy Row, no unpacking in Python), orjson for the attrs, in the caller's
+    # transaction (same DBAPI connection). Rows come in job order, so grouping is one scan.
     raw = conn.connection.driver_connection
     with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
         set_json_loads(orjson.loads, cur)
@@ -206,15 +209,8 @@ def stream_events(conn: Connection, job_ids: Sequence[str]) -> Iterator[tuple[st
 
 
 def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Event]]:
-    # The hottest read of a pass: a plain psycopg cursor that builds the Events itself (no
-    # per-row SQLAlchemy Row, no unpacking in Python), orjson for the attrs, in the caller's
-    # transaction (same DBAPI connection). Rows come in job order, so grouping is one scan.
-    raw = conn.connection.driver_connection
-    with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
-        set_json_loads(orjson.loads, cur)
-        cur.execute(_LOAD_EVENTS, {"ids": list(job_ids)})
-        rows = cur.fetchall()
-    return {job_id: list(events) for job_id, events in groupby(rows, _JOB_ID)}
+    """Every event of `job_ids`, by job, in the caller's transaction."""
+    return dict(stream_events(conn, job_ids))
 
 
 @dataclass

@@ -4,20 +4,13 @@ hours it covers add up to."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
 
 from service.store import queries as q
-from tests.factories import event, post_all, spec_example
-
-# Four weeks and a half, Tuesday 2026-10-20 to Sunday 2026-11-22 (UTC), one worked-example
-# job every 31 hours at a different minute of the hour (two models), so jobs cross
-# midnights and the Monday boundaries.
-FIRST = datetime(2026, 10, 20, 5, 17, tzinfo=UTC)
-JOBS = [(f"w-{i}", f"model-{i % 2}", FIRST + timedelta(hours=31 * i, minutes=7 * i))
-        for i in range(22)]
+from tests.factories import WEEKS_JOBS, post_all, revise_weeks_jobs, spec_example
 
 
 def _weekly_from_daily(conn) -> list[tuple]:
@@ -36,23 +29,14 @@ def _weekly(conn) -> list[tuple]:
 
 def test_weekly_rows_are_the_daily_rows_summed_by_week_through_revisions(api, agg,
                                                                           db_engine) -> None:
-    for job_id, model, base in JOBS:
+    for job_id, model, base in WEEKS_JOBS:
         post_all(api, spec_example(job_id, model, base))
     agg.run_pass()
     with db_engine.connect() as conn:
         weeks = {r[0] for r in _weekly(conn)}
         assert _weekly(conn) == _weekly_from_daily(conn)
     assert len(weeks) == 5 and all(w.weekday() == 0 and w.hour == 0 for w in weeks)
-    # Revisions: a late checkpoint moves lost progress back to effective training in one
-    # job; another job gets a third attempt a week later (new rows in another week).
-    job_id, model, base = JOBS[3]
-    post_all(api, [event("checkpoint", 79, job_id=job_id, model=model, base=base,
-                         attrs={"snapshot_ts": (base + timedelta(minutes=79)).isoformat()})])
-    job_id, model, base = JOBS[5]
-    post_all(api, [event("allocated", 7 * 1440, job_id=job_id, model=model, base=base,
-                         attempt=2, gpus=8),
-                   event("released", 7 * 1440 + 45, job_id=job_id, model=model, base=base,
-                         attempt=2, attrs={"reason": "completed"})])
+    revise_weeks_jobs(api, 79)
     agg.run_pass()
     with db_engine.connect() as conn:
         assert _weekly(conn) == _weekly_from_daily(conn)
@@ -68,7 +52,7 @@ def test_weekly_rows_are_the_daily_rows_summed_by_week_through_revisions(api, ag
 ])
 def test_a_window_over_whole_weeks_is_the_sum_of_its_hours(api, agg, db_engine, start,
                                                            end) -> None:
-    for job_id, model, base in JOBS:
+    for job_id, model, base in WEEKS_JOBS:
         post_all(api, spec_example(job_id, model, base))
     agg.run_pass()
     with db_engine.connect() as conn:

@@ -170,21 +170,17 @@ def test_slo_burn_of_a_component_share_from_the_rollups(db_engine) -> None:
     # One job, 8 GPUs, in the whole hour 11:00-12:00: 45 min effective, 15 min compilation
     # (settled). Compilation share = 15/60 = 0.25 in every window that holds the hour.
     with db_engine.begin() as conn:
+        hour, day = now - timedelta(hours=1), datetime(2026, 11, 3, tzinfo=UTC)
+        # The team rows are the same rows summed over models (one model here), as the
+        # aggregator keeps them.
+        rollups = (("fleet_hourly", "'m', 'ads'", hour), ("fleet_daily", "'m', 'ads'", day),
+                   ("team_hourly", "'ads'", hour), ("team_daily", "'ads'", day))
         for component, minutes in (("effective_training", 45), ("compilation", 15)):
             gpu_us = 8 * minutes * 60 * 1_000_000
-            conn.execute(text(
-                "INSERT INTO fleet_hourly VALUES (:h, 'm', 'ads', :c, :c, 'compiler', :g, 0)"),
-                {"h": now - timedelta(hours=1), "c": component, "g": gpu_us})
-            conn.execute(text(
-                "INSERT INTO fleet_daily VALUES (:d, 'm', 'ads', :c, :c, 'compiler', :g, 0)"),
-                {"d": datetime(2026, 11, 3, tzinfo=UTC), "c": component, "g": gpu_us})
-            # The same rows summed over models (one model here), as the aggregator keeps them.
-            conn.execute(text(
-                "INSERT INTO team_hourly VALUES (:h, 'ads', :c, :c, 'compiler', :g, 0)"),
-                {"h": now - timedelta(hours=1), "c": component, "g": gpu_us})
-            conn.execute(text(
-                "INSERT INTO team_daily VALUES (:d, 'ads', :c, :c, 'compiler', :g, 0)"),
-                {"d": datetime(2026, 11, 3, tzinfo=UTC), "c": component, "g": gpu_us})
+            for table, labels, at in rollups:
+                conn.execute(text(
+                    f"INSERT INTO {table} VALUES (:t, {labels}, :c, :c, 'compiler', :g, 0)"),
+                    {"t": at, "c": component, "g": gpu_us})
         conn.execute(text(
             "INSERT INTO segments VALUES ('j', 1, :h, 0, :s, :e, 8, 'm', 'ads',"
             " 'compilation', 'compilation', 'compiler', true)"),

@@ -16,13 +16,22 @@ from sqlalchemy import text
 from service.results.windows import figure_groups, summarise
 from service.store import queries as q
 from service.store.tables import MODEL_FIGURES
-from tests.factories import BASE, NOW, demo_events, event, post_all, spec_example, ts, wipe_results
+from tests.factories import (
+    BASE,
+    NOW,
+    WEEKS_FIRST,
+    WEEKS_JOBS,
+    demo_events,
+    event,
+    post_all,
+    revise_weeks_jobs,
+    spec_example,
+    ts,
+    wipe_results,
+)
 
-FIRST = datetime(2026, 10, 20, 5, 17, tzinfo=UTC)
-JOBS = [(f"w-{i}", f"model-{i % 2}", FIRST + timedelta(hours=31 * i, minutes=7 * i))
-        for i in range(22)]
 WINDOWS = [
-    (FIRST - timedelta(days=1), NOW),
+    (WEEKS_FIRST - timedelta(days=1), NOW),
     (datetime(2026, 10, 21, 3, 41, 9, tzinfo=UTC), datetime(2026, 11, 19, 22, 13, tzinfo=UTC)),
     (datetime(2026, 10, 26, tzinfo=UTC), datetime(2026, 11, 9, tzinfo=UTC)),
     (datetime(2026, 10, 27, tzinfo=UTC), datetime(2026, 11, 2, 5, tzinfo=UTC)),
@@ -42,7 +51,7 @@ def sched(type_: str, minutes: float, **fields):
 
 
 def _fleet(api, agg) -> None:
-    for job_id, model, base in JOBS:
+    for job_id, model, base in WEEKS_JOBS:
         post_all(api, spec_example(job_id, model, base))
     post_all(api, demo_events(models=4, hours=30))
     post_all(api, [
@@ -62,17 +71,9 @@ def _fleet(api, agg) -> None:
               base=NOW - timedelta(hours=3)),
         event("heartbeat", 0, job_id="r1", model="llama", base=NOW - timedelta(minutes=1))])
     agg.run_pass()
-    # Revisions: a late checkpoint taken at the failure moves all its lost progress back
-    # to training (the job's lost-progress cells fall to zero); a job gets a third attempt
-    # a week later.
-    job_id, model, base = JOBS[3]
-    post_all(api, [event("checkpoint", 80, job_id=job_id, model=model, base=base,
-                         attrs={"snapshot_ts": (base + timedelta(minutes=80)).isoformat()})])
-    job_id, model, base = JOBS[5]
-    post_all(api, [event("allocated", 7 * 1440, job_id=job_id, model=model, base=base,
-                         attempt=2, gpus=8),
-                   event("released", 7 * 1440 + 45, job_id=job_id, model=model, base=base,
-                         attempt=2, attrs={"reason": "completed"})])
+    # Revisions: the late checkpoint at the failure (minute 80) brings the job's
+    # lost-progress cells to zero.
+    revise_weeks_jobs(api, 80)
     agg.run_pass()
 
 
