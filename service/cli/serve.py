@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import faulthandler
 import gc
 import json
 import logging
@@ -15,6 +16,7 @@ import socket
 import threading
 import urllib.request
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ett.serve")
 GC_YOUNG_THRESHOLD = 50_000
+# Seconds a stop may take (the drain is at most 10) before it writes where it hangs.
+STOP_REPORT_S = 20.0
 
 
 def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: bool) -> int:
@@ -52,7 +56,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         # the app (its proxy-headers middleware first), which they do not need.
         config.load()
         config.loaded_app = front_door(config.loaded_app, app.state.fast_routes)
-        server = uvicorn.Server(config)
+        server = _server_class()(config)
         base = f"http://{host}:{port}"
         print(f"ETT telemetry listening on {base}", flush=True)
         if host in ("0.0.0.0", "::"):
@@ -99,6 +103,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
             for thread in background:
                 thread.join(timeout=15)
             ctx.close()
+    faulthandler.cancel_dump_traceback_later()
     return 0
 
 
@@ -121,6 +126,21 @@ def admin_token_line(settings: Settings, *, embedded: bool, token: str | None,
 
 def _exit_on_sigterm(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, whose stop says where it hangs: a stop that takes longer than
+        STOP_REPORT_S writes every thread's stack to stderr (the process keeps stopping)."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if not self.should_exit:
+                faulthandler.dump_traceback_later(STOP_REPORT_S, exit=False)
+            super().handle_exit(sig, frame)
+
+    return Server
 
 
 def _start_background(ctx: AppContext, *, aggregator: bool, stop: threading.Event

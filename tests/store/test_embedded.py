@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
 import httpx
 import pytest
 
+from service.cli.serve import STOP_REPORT_S
 from tests.conftest import REPO, free_port
 from tests.factories import event
 
@@ -22,6 +24,18 @@ def _serve(data_dir, port: int) -> subprocess.Popen:
         [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--no-aggregator"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+
+
+def _stopped(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> str:
+    """Stop `proc` by `sig`; its output. A stop that hangs fails with that output, where
+    `ett serve` has written every thread's stack after STOP_REPORT_S."""
+    proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=STOP_REPORT_S + 40)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"`ett serve` did not stop on {signal.Signals(sig).name}:\n"
+                    + proc.communicate()[0])
 
 
 def _wait_ready(url: str, proc: subprocess.Popen) -> None:
@@ -52,8 +66,7 @@ def test_embedded_mode_starts_from_empty_and_from_existing_data(tmp_path) -> Non
                        headers={"Authorization": f"Bearer {token}"})
         assert r.json()["accepted"] == 1
     finally:
-        proc.terminate()
-        out, _ = proc.communicate(timeout=30)
+        out = _stopped(proc)
     assert f"listening on {url}" in out
     assert "admin token (generated" in out and token in out
     assert proc.returncode == 0
@@ -65,8 +78,7 @@ def test_embedded_mode_starts_from_empty_and_from_existing_data(tmp_path) -> Non
                        headers={"Authorization": f"Bearer {token}"})
         assert r.json() == {"accepted": 0, "duplicates": 1, "rejected": []}
     finally:
-        proc.terminate()
-        out, _ = proc.communicate(timeout=30)
+        out = _stopped(proc)
     # Shown once, when generated: never again, and the file it names exists.
     assert f"admin token: stored in {data / 'admin-token'} (not shown again)" in out
     assert token not in out
@@ -103,8 +115,7 @@ def test_serve_stops_its_postgres_on_every_exit_even_after_a_killed_predecessor(
                        headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 202
     finally:
-        proc.send_signal(ending)
-        out, _ = proc.communicate(timeout=60)
+        out = _stopped(proc, ending)
     assert _postgres_alive(data) is None, out
     assert not (data / "pg" / "postmaster.pid").exists()
 
@@ -132,8 +143,7 @@ def test_a_command_attached_to_a_running_serve_leaves_its_postgres_running(tmp_p
                        headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 202, r.text
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out = _stopped(proc, signal.SIGINT)
     assert _postgres_alive(data) is None, out
 
 
@@ -167,3 +177,29 @@ def test_a_cluster_of_an_older_postgresql_is_refused_with_the_way_to_carry_it_ov
     assert "PostgreSQL 16 cluster" in out and "upgrade-embedded-postgres.py" in out
     assert "Traceback" not in out
     assert (tmp_path / "pg" / "PG_VERSION").read_text() == "16\n"  # left untouched
+
+
+@pytest.mark.slow
+def test_a_stop_that_hangs_writes_where(tmp_path) -> None:
+    """A stop held up (here by a frozen PostgreSQL) writes every thread's stack once it has
+    taken STOP_REPORT_S, and still ends cleanly once what held it up goes away."""
+    data = tmp_path / "ett-data"
+    port = free_port()
+    proc = _serve(data, port)
+    postmaster = None
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}", proc)
+        postmaster = _postgres_alive(data)
+        assert postmaster is not None
+        os.kill(postmaster, signal.SIGSTOP)
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_REPORT_S + 3)
+    finally:
+        if postmaster is not None:
+            os.kill(postmaster, signal.SIGCONT)
+    out = _stopped(proc)
+    assert f"Timeout ({timedelta(seconds=STOP_REPORT_S)})!" in out and "Thread 0x" in out, out
+    assert "stop_postmaster" in out or "pg_ctl" in out or "cleanup" in out, out
+    assert proc.returncode == 0, out
+    assert _postgres_alive(data) is None
