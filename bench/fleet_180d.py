@@ -21,6 +21,7 @@ pairs with `--runs`); reads are medians of several requests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -162,6 +163,45 @@ def _todays_delete(engine: Any, cutoff: datetime) -> tuple[float, float, int]:
     return events_s, results_s, deleted
 
 
+def _partitions_before(engine: Any, cutoff: datetime) -> tuple[int, str]:
+    """The bytes (tables and indexes) of the event partitions a prune to `cutoff` drops, and
+    the server's data directory."""
+    from service.store import retention
+
+    with engine.connect() as conn:
+        doomed = [name for name in retention.partitions(conn)
+                  if (month := retention.partition_month(name)) is not None
+                  and retention.next_month(month) <= cutoff]
+        size = sum(conn.execute(text("SELECT pg_total_relation_size(to_regclass(:p))"),
+                                {"p": name}).scalar_one() for name in doomed)
+        return size, conn.execute(text("SHOW data_directory")).scalar_one()
+
+
+def _unlink_seconds(directory: str, size: int) -> float:
+    """Seconds to remove files of `size` bytes in all, written and synced in `directory`
+    beforehand: what dropping a partition of that size costs the file system at commit,
+    whatever PostgreSQL does (on this machine's ext4, ~0.7 s a GiB)."""
+    segment, block = 2**30, b"\0" * 2**20
+    paths = []
+    try:
+        for k in range(0, size, segment):
+            path = os.path.join(directory, f"ett-bench-unlink-{k // segment}")
+            paths.append(path)
+            with open(path, "wb") as fh:
+                for _ in range(min(segment, size - k) // len(block)):
+                    fh.write(block)
+                fh.flush()
+                os.fsync(fh.fileno())
+        began = time.perf_counter()
+        for path in paths:
+            os.unlink(path)
+        return time.perf_counter() - began
+    finally:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
 def _prune(url: str, engine: Any, start: datetime, now: datetime
            ) -> tuple[dict[str, Any], list[tuple]]:
     import logging
@@ -180,6 +220,7 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
     before = _dead_rows(engine)
     with engine.connect() as conn:
         parts_before = len(retention.partitions(conn))
+    doomed_bytes, data_dir = _partitions_before(engine, cutoff)
     t0 = time.perf_counter()
     dropped = retention.drop_old_partitions(engine, cutoff)
     t1 = time.perf_counter()
@@ -190,6 +231,10 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
         parts_after = len(retention.partitions(conn))
         moved = conn.execute(text("SELECT count(*) FROM events_default")).scalar_one()
     new_events_s, new_results_s = t1 - t0, t2 - t1
+    # Next to the data directory (same file system), where the benchmark runs the server.
+    beside = os.path.dirname(data_dir)
+    floor_s = (_unlink_seconds(beside, doomed_bytes) if os.access(beside, os.W_OK)
+               else float("nan"))
     figures = {"prune_cutoff": cutoff.isoformat(), "prune_jobs": jobs,
                "prune_events": dropped + deleted, "prune_events_by_partition": dropped,
                "prune_events_by_row": deleted, "prune_kept_events_moved": moved,
@@ -198,7 +243,8 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
                "prune_results_rows_s": round(new_results_s, 3),
                "todays_delete_events_s": round(old_events_s, 3),
                "todays_delete_results_s": round(old_results_s, 3),
-               "todays_delete_events": old_deleted, "dead_rows_after_prune": dead}
+               "todays_delete_events": old_deleted, "dead_rows_after_prune": dead,
+               "dropped_partition_bytes": doomed_bytes, "unlink_same_bytes_s": round(floor_s, 3)}
     _say(f"prune to {cutoff:%Y-%m-%d}: {dropped + deleted} events of {jobs} jobs;"
          f" partitions {new_events_s:.3f} s (+ {new_results_s:.3f} s job detail) against"
          f" today's delete {old_events_s:.3f} s (+ {old_results_s:.3f} s); dead rows {dead}")
@@ -207,6 +253,9 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
         (f"prune the oldest month ({size}): events gone < 1 s",
          f"{new_events_s:.3f} s by dropping partitions vs {old_events_s:.3f} s today's"
          f" delete, same run ({old_deleted:,} events)", new_events_s < 1),
+        ("the file system's part: removing files as large as the dropped partitions"
+         " (1 GiB segments, as PostgreSQL keeps them) in the same directory",
+         f"{floor_s:.3f} s for {doomed_bytes / 2**30:.2f} GiB", None),
         ("prune leaves no dead rows in events",
          f"{dead.get('events', 0)} dead event rows ({moved:,} kept jobs' events moved)",
          dead.get("events", 0) == 0),
