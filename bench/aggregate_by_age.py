@@ -16,6 +16,7 @@ and on, so the before/after figures come from the same run.
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Iterator
@@ -83,9 +84,14 @@ class Live:
     def __init__(self, url: str, now: datetime, incremental: bool) -> None:
         from ett_core import Taxonomy
         from service.aggregate import Aggregator
+        from service.gc_settings import tune_gc
         from service.store.engine import make_engine
 
         self.engine = make_engine(url, pool_size=2, statement_timeout_ms=0)
+        # The collector as `ett aggregate` and `ett serve` run it (put back on close: the
+        # other benchmarks of the process run with Python's defaults).
+        self.thresholds = gc.get_threshold()
+        tune_gc()
         self.now = now
         self.agg = Aggregator(self.engine, Taxonomy.default(), clock=lambda: self.now,
                               running_job_cache_events=10**9, incremental=incremental)
@@ -110,6 +116,7 @@ class Live:
 
     def close(self) -> None:
         self.engine.dispose()
+        gc.set_threshold(*self.thresholds)
 
 
 def _step_after(job: str, start: float, t: float) -> dict[str, Any]:

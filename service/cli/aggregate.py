@@ -14,6 +14,7 @@ def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from service.aggregate import build_aggregator
+    from service.gc_settings import tune_gc
     from service.store import migrate
     from service.store.engine import open_database
 
@@ -23,6 +24,7 @@ def _run(args: argparse.Namespace) -> int:
             print("database schema is not at head: run `ett migrate` first")
             return 2
         aggregator = build_aggregator(settings, db.engine)
+        tune_gc()
         if not args.loop:
             bar = tqdm(desc="recompute", unit="job", disable=not args.recompute_all)
 

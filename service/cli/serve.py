@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import errno
 import faulthandler
-import gc
 import json
 import logging
 import os
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     from service.settings import Settings
 
 log = logging.getLogger("ett.serve")
-GC_YOUNG_THRESHOLD = 50_000
 # Seconds a stop may take (the drain is at most 10) before it writes where it hangs.
 STOP_REPORT_S = 20.0
 
@@ -37,6 +35,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
     from service.api.app import create_app
     from service.api.context import build_context
     from service.api.events_route import front_door
+    from service.gc_settings import tune_gc
     from service.store import migrate
     from service.store.engine import open_database
 
@@ -82,17 +81,7 @@ def serve(settings: Settings, *, host: str, port: int, aggregator: bool, demo: b
         # could hang the shutdown), so the embedded PostgreSQL is never left behind.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
         signal.signal(signal.SIGHUP, lambda _sig, frame: server.handle_exit(signal.SIGTERM, frame))
-        # Everything built so far lives as long as the process: keep it out of the cyclic
-        # GC's full collections, which otherwise scan it all and stalled the event loop for
-        # ~50 ms at a time (at 1000 requests/s a 50 ms stall is 50 requests in the queue).
-        gc.collect()
-        gc.freeze()
-        # A thousand requests in flight hold tens of thousands of container objects: every
-        # 700 allocations (the default) the collector walked them and promoted them, and
-        # the promoted ones set off a full collection every few seconds; that cost 10-20%
-        # of the CPU of a 1-event request (docs/performance.md, issue 30). Nearly all of
-        # them are freed by reference counting long before 50,000 more allocations.
-        gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
+        tune_gc()
         try:
             server.run()
         except KeyboardInterrupt:
