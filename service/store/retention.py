@@ -177,14 +177,15 @@ _PRUNABLE = "NOT open AND last_at < :cutoff"
 # row; migration 0014 filled it from the events stored before). So a job with an event
 # in the month is one of these candidates, and those not pruned are kept: a job without a
 # settled result to prune (never aggregated, quarantined, or with no attempt) included.
-# A superset is harmless (its move finds no rows); a candidate is a probe of two indexes.
+# A superset is harmless (its move finds no rows). The prunable ones are taken away as a
+# set read from an index alone (ix_jobs_settled_last_at): probing each candidate's row
+# (a page each since results are inline) took ~0.5 s for the 180-day fleet's first month.
 _KEPT_JOBS = f"""
-    SELECT c.job_id FROM (
-        SELECT job_id FROM job_first_ts WHERE first_ts < :hi
-        UNION
-        SELECT job_id FROM dirty_jobs WHERE first_ts IS NULL OR first_ts < :hi
-    ) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.job_id = c.job_id AND {_PRUNABLE})
+    SELECT job_id FROM job_first_ts WHERE first_ts < :hi
+    UNION
+    SELECT job_id FROM dirty_jobs WHERE first_ts IS NULL OR first_ts < :hi
+    EXCEPT
+    SELECT job_id FROM jobs WHERE {_PRUNABLE}
 """
 
 

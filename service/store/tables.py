@@ -102,6 +102,10 @@ jobs = Table(
     # The (team, model) pairs, stepped through one index probe each (migration 0015).
     Index("ix_jobs_team_model", "team", "model"),
     Index("ix_jobs_open", "open", postgresql_where=text("open")),
+    # What a prune drops, read from the index alone (job_id carried): the settled jobs
+    # by the end of their last attempt (migration 0016).
+    Index("ix_jobs_settled_last_at", "last_at", postgresql_include=["job_id"],
+          postgresql_where=text("NOT open")),
     # The jobs with queue time (scheduler-reported attempts): what a window's queue reads
     # (with statistics on the expression, st_jobs_queue_seconds, migration 0014, so that
     # the planner knows how few they are).
