@@ -163,18 +163,19 @@ def _todays_delete(engine: Any, cutoff: datetime) -> tuple[float, float, int]:
     return events_s, results_s, deleted
 
 
-def _partitions_before(engine: Any, cutoff: datetime) -> tuple[int, str]:
-    """The bytes (tables and indexes) of the event partitions a prune to `cutoff` drops, and
-    the server's data directory."""
+def _partitions_before(engine: Any, cutoff: datetime) -> tuple[int, int, str]:
+    """How many event partitions there are, the bytes (tables and indexes) of those a prune
+    to `cutoff` drops, and the server's data directory."""
     from service.store import retention
 
     with engine.connect() as conn:
-        doomed = [name for name in retention.partitions(conn)
+        names = retention.partitions(conn)
+        doomed = [name for name in names
                   if (month := retention.partition_month(name)) is not None
                   and retention.next_month(month) <= cutoff]
         size = sum(conn.execute(text("SELECT pg_total_relation_size(to_regclass(:p))"),
                                 {"p": name}).scalar_one() for name in doomed)
-        return size, conn.execute(text("SHOW data_directory")).scalar_one()
+        return len(names), size, conn.execute(text("SHOW data_directory")).scalar_one()
 
 
 def _unlink_seconds(directory: str, size: int) -> float:
@@ -218,9 +219,7 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
     # A rolled-back delete leaves no dead rows; what was dead before is subtracted (no
     # VACUUM of the whole history in between: at full size it would take longer than both).
     before = _dead_rows(engine)
-    with engine.connect() as conn:
-        parts_before = len(retention.partitions(conn))
-    doomed_bytes, data_dir = _partitions_before(engine, cutoff)
+    parts_before, doomed_bytes, data_dir = _partitions_before(engine, cutoff)
     t0 = time.perf_counter()
     dropped = retention.drop_old_partitions(engine, cutoff)
     t1 = time.perf_counter()
