@@ -6,7 +6,7 @@ Never commits: `service.aggregate` owns each transaction.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
@@ -179,14 +179,28 @@ def load_events_from(conn: Connection, since: Mapping[str, int]) -> dict[str, li
     """Each job's events at or after its instant (epoch microseconds), in time order."""
     if not since:
         return {}
-    raw = conn.connection.driver_connection
     jobs = sorted(since)
+    return dict(_events_by_job(conn, _LOAD_EVENTS_FROM, {
+        "ids": jobs, "froms": [us_to_dt(since[j]) for j in jobs],
+        "earliest": us_to_dt(min(since.values()))}))
+
+
+def _events_by_job(conn: Connection, statement: str, params: Mapping[str, Any],
+                   page: int | None = None) -> Iterator[tuple[str, list[Event]]]:
+    """The events a statement returns in job order, a job at a time; with `page`, streamed
+    in pages of that many rows."""
+    # The hottest read of a pass: a plain psycopg cursor that builds the Events itself (no
+    # per-row SQLAlchemy Row, no unpacking in Python), orjson for the attrs, in the caller's
+    # transaction (same DBAPI connection). Rows come in job order, so grouping is one scan.
+    raw = conn.connection.driver_connection
     with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
         set_json_loads(orjson.loads, cur)
-        cur.execute(_LOAD_EVENTS_FROM, {"ids": jobs, "froms": [us_to_dt(since[j]) for j in jobs],
-                                        "earliest": us_to_dt(min(since.values()))})
-        rows = cur.fetchall()
-    return {job_id: list(events) for job_id, events in groupby(rows, _JOB_ID)}
+        if page is None:
+            rows: Iterable[Event] = cur.execute(statement, params)
+        else:
+            rows = cur.stream(statement, params, size=page)
+        for job_id, events in groupby(rows, _JOB_ID):
+            yield job_id, list(events)
 
 
 _STREAM_ROWS = 10_000
@@ -197,15 +211,7 @@ def stream_events(conn: Connection, job_ids: Sequence[str]) -> Iterator[tuple[st
     each) would otherwise hold every job's events at once. Rows arrive in pages of
     `_STREAM_ROWS` (libpq's chunked rows: the same statement and plan, no server-side
     cursor); nothing else may use the connection until the iterator is exhausted."""
-    # The hottest read of a pass: a plain psycopg cursor that builds the Events itself (no
-    # per-row SQLAlchemy Row, no unpacking in Python), orjson for the attrs, in the caller's
-    # transaction (same DBAPI connection). Rows come in job order, so grouping is one scan.
-    raw = conn.connection.driver_connection
-    with raw.cursor(row_factory=_event_row) as cur:  # type: ignore[union-attr]
-        set_json_loads(orjson.loads, cur)
-        rows = cur.stream(_LOAD_EVENTS, {"ids": list(job_ids)}, size=_STREAM_ROWS)
-        for job_id, events in groupby(rows, _JOB_ID):
-            yield job_id, list(events)
+    yield from _events_by_job(conn, _LOAD_EVENTS, {"ids": list(job_ids)}, _STREAM_ROWS)
 
 
 def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Event]]:
