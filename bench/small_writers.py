@@ -168,7 +168,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
             # jobs at once are a thousand claim transactions: not what is measured here).
             fleet = f"fleet{events}"
             for name in ("naive", "ett"):
-                _closed(apps[name], meters[name], clients, 3.0, events, fleet)
+                _closed(apps[name], meters[name], clients, 1.0 if quick else 3.0, events,
+                        fleet)
             for _ in range(runs):
                 for name in ("naive", "ett"):
                     windows[name].append(_closed(apps[name], meters[name], clients, seconds,
