@@ -203,6 +203,24 @@ def _unlink_seconds(directory: str, size: int) -> float:
                 os.unlink(path)
 
 
+def _kept_read_s(engine: Any, month: datetime, cutoff: datetime) -> tuple[float, int]:
+    """Seconds to read the jobs a prune to `cutoff` keeps among those of `month`, and how
+    many there are (the drop's first step, on its own)."""
+    from service.store import retention
+
+    with engine.connect() as conn:
+        began = time.perf_counter()
+        kept = retention.kept_jobs(conn, month, cutoff)
+        return time.perf_counter() - began, len(kept)
+
+
+def _vacuum_jobs_s(engine: Any) -> float:
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        began = time.perf_counter()
+        conn.execute(text("VACUUM jobs"))
+        return time.perf_counter() - began
+
+
 def _prune(url: str, engine: Any, start: datetime, now: datetime
            ) -> tuple[dict[str, Any], list[tuple]]:
     import logging
@@ -216,6 +234,16 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
         _say("prune: the history holds no month boundary; skipped")
         return {"prune": "skipped: no month boundary in the history"}, []
     old_events_s, old_results_s, old_deleted = _todays_delete(engine, cutoff)
+    # The prunable jobs are read from an index alone, which needs the visibility map: right
+    # after a full recompute has rewritten every jobs row, no page is all-visible and each
+    # settled job costs a page read. A service's settled jobs are rows autovacuum has long
+    # since visited; VACUUM stands in for it, both reads timed.
+    month = retention.month_start(start)
+    kept_stale_s, kept_n = _kept_read_s(engine, month, cutoff)
+    vacuum_s = _vacuum_jobs_s(engine)
+    kept_vacuumed_s, _ = _kept_read_s(engine, month, cutoff)
+    _say(f"kept jobs ({kept_n}) read in {kept_stale_s:.3f} s after the recompute,"
+         f" {kept_vacuumed_s:.3f} s after VACUUM jobs ({vacuum_s:.1f} s)")
     # A rolled-back delete leaves no dead rows; what was dead before is subtracted (no
     # VACUUM of the whole history in between: at full size it would take longer than both).
     before = _dead_rows(engine)
@@ -243,7 +271,10 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
                "todays_delete_events_s": round(old_events_s, 3),
                "todays_delete_results_s": round(old_results_s, 3),
                "todays_delete_events": old_deleted, "dead_rows_after_prune": dead,
-               "dropped_partition_bytes": doomed_bytes, "unlink_same_bytes_s": round(floor_s, 3)}
+               "dropped_partition_bytes": doomed_bytes, "unlink_same_bytes_s": round(floor_s, 3),
+               "kept_jobs": kept_n, "kept_read_after_recompute_s": round(kept_stale_s, 3),
+               "kept_read_after_vacuum_s": round(kept_vacuumed_s, 3),
+               "vacuum_jobs_s": round(vacuum_s, 1)}
     _say(f"prune to {cutoff:%Y-%m-%d}: {dropped + deleted} events of {jobs} jobs;"
          f" partitions {new_events_s:.3f} s (+ {new_results_s:.3f} s job detail) against"
          f" today's delete {old_events_s:.3f} s (+ {old_results_s:.3f} s); dead rows {dead}")
@@ -252,6 +283,11 @@ def _prune(url: str, engine: Any, start: datetime, now: datetime
         (f"prune the oldest month ({size}): events gone < 1 s",
          f"{new_events_s:.3f} s by dropping partitions vs {old_events_s:.3f} s today's"
          f" delete, same run ({old_deleted:,} events)", new_events_s < 1),
+        ("the kept jobs read alone (the drop's first step), right after the full recompute"
+         " rewrote every jobs row, and after VACUUM jobs (as autovacuum leaves settled jobs;"
+         " the drop above runs after it)",
+         f"{kept_stale_s:.3f} s and {kept_vacuumed_s:.3f} s ({kept_n:,} kept jobs;"
+         f" VACUUM {vacuum_s:.1f} s)", None),
         ("the file system's part: removing files as large as the dropped partitions"
          " (1 GiB segments, as PostgreSQL keeps them) in the same directory",
          f"{floor_s:.3f} s for {doomed_bytes / 2**30:.2f} GiB", None),
