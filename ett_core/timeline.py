@@ -22,6 +22,8 @@ from ett_core.taxonomy import CHECKPOINT_SAVE, EFFECTIVE, UNATTRIBUTED, Taxonomy
 Piece = tuple[int, int, str, str]
 
 _UNCOVERED = (UNATTRIBUTED, UNATTRIBUTED)
+# The event types that can change who owns the time, or record a checkpoint.
+_CUTTING = frozenset({"phase_start", "phase_end", "failure", "checkpoint"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,11 @@ def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder,
     owner = innermost(stack)
     component_of = dict(taxonomy.phase_component).get  # a plain dict: this loop is hot
     for event in frame.events:
+        kind = event.type
+        # Any other type (heartbeats are most of a job's events) changes no owner: a cut at
+        # it would only lengthen the piece in progress, which the next cut does anyway.
+        if kind not in _CUTTING:
+            continue
         ts = min(max(event.ts_us, start), end)
         if ts > cursor:
             if pieces and pieces[-1][1] == cursor and pieces[-1][2:] == owner:
@@ -92,7 +99,6 @@ def partition(frame: AttemptFrame, taxonomy: Taxonomy, diag: DiagnosticsBuilder,
             else:
                 pieces.append((cursor, ts, *owner))
             cursor = ts
-        kind = event.type
         if kind == "phase_start":
             phase = event.phase
             component = component_of(phase)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Mapping
+from itertools import pairwise
 
 from core_strategies import Stream, streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ett_core import JobComputation, Taxonomy, compute_job
-from ett_core.events import ATTRS_READ, NO_ATTRS
+from ett_core.diagnostics import DiagnosticsBuilder
+from ett_core.events import ATTRS_READ, NO_ATTRS, order_events
 from ett_core.instants import HOUR_US
 from ett_core.rollup import hourly
+from ett_core.scheduler import join
 from ett_core.stalls import STEP_ATTR
+from ett_core.timeline import OpenPhase, innermost, partition
 from ett_core.window import clip
 
 TAXONOMY = Taxonomy.default()
@@ -157,3 +161,47 @@ def _step_only(event):
     if event.rank not in (None, 0) or not isinstance(attrs, Mapping) or STEP_ATTR not in attrs:
         return NO_ATTRS
     return {STEP_ATTR: attrs[STEP_ATTR]}
+
+
+def _owners_at_each_instant(frame) -> list[tuple[int, int, str, str]]:
+    """The innermost-open-phase rule read instant by instant: between two consecutive event
+    instants (clamped to the frame) the owner is the one left by every event up to the
+    first; adjacent intervals of one owner merged."""
+    component_of = dict(TAXONOMY.phase_component).get
+    stack: list[OpenPhase] = []
+    instants = sorted({frame.start_us, frame.end_us}
+                      | {min(max(e.ts_us, frame.start_us), frame.end_us) for e in frame.events})
+    pending = list(frame.events)
+    pieces: list[tuple[int, int, str, str]] = []
+    for lo, hi in pairwise(instants):
+        while pending and min(max(pending[0].ts_us, frame.start_us), frame.end_us) <= lo:
+            e = pending.pop(0)
+            if e.type == "phase_start":
+                stack.append(OpenPhase(e.phase, lo, e.attrs.get("background") is True,
+                                       component_of(e.phase) or "unattributed"))
+            elif e.type == "phase_end":
+                at = [i for i, entry in enumerate(stack) if entry.phase == e.phase]
+                if at:
+                    del stack[at[-1]]
+            elif e.type == "failure" and e.event_id == frame.failure_event_id:
+                stack.clear()
+        owner = innermost(stack)
+        if pieces and pieces[-1][1] == lo and pieces[-1][2:] == owner:
+            pieces[-1] = (pieces[-1][0], hi, *owner)
+        else:
+            pieces.append((lo, hi, *owner))
+    return pieces
+
+
+@FAST
+@given(streams)
+def test_the_partition_follows_the_owner_at_every_instant_whatever_the_heartbeats(stream):
+    events, now_us, timeout_us = stream
+    diag = DiagnosticsBuilder()
+    by_attempt: dict[int, list] = {}
+    for event in order_events(e for e in events if e.on_timeline)[0]:
+        by_attempt.setdefault(event.attempt, []).append(event)
+    frames, _views = join(by_attempt, now_us=now_us, heartbeat_timeout_us=timeout_us,
+                          diag=diag)
+    for frame in frames:
+        assert list(partition(frame, TAXONOMY, diag).pieces) == _owners_at_each_instant(frame)

@@ -88,3 +88,21 @@ def test_every_read_of_events_is_an_index_scan_on_the_key_in_every_partition(
         # per partition, which is why partitions are months (store/retention.py).
         assert len({n["Relation Name"] for n in on_events}) <= parts
     assert wrong == {}
+
+
+def test_a_pass_reads_each_job_merged_from_the_key_and_puts_sorting_back(db_engine) -> None:
+    # The planner overestimates a chunk's rows and would pick bitmap scans and a sort that
+    # spills to disk: a pass's read runs with sorting off, and leaves the setting as it was.
+    ensure_partitions(db_engine, datetime(2026, 1, 1, tzinfo=UTC))
+    for before in ("on", "off"):
+        with db_engine.begin() as conn:
+            conn.exec_driver_sql(f"SET LOCAL enable_sort = {before}")
+            raw = conn.connection.driver_connection
+            raw.execute(results._SORT_OFF)
+            plan = raw.execute("EXPLAIN (FORMAT JSON) " + results._LOAD_EVENTS,
+                               {"ids": IDS}).fetchone()[0]
+            nodes = _plan_nodes(plan[0]["Plan"])
+            assert "Sort" not in {n["Node Type"] for n in nodes}
+            raw.execute(results._SORT_AS, [before])
+            assert list(results.stream_events(conn, IDS)) == []
+            assert conn.exec_driver_sql("SHOW enable_sort").scalar_one() == before
