@@ -46,14 +46,21 @@ TotalKey = tuple[str, str, str, str]  # model, team, component, owner
 #   database crash loses it after commit, the rows come back and the next pass redoes it,
 #   so the commit need not wait for the WAL flush;
 # - its reads are small index scans, and passes already run side by side (--workers): a
-#   parallel plan only adds worker processes to start (the event load chose one).
+#   parallel plan only adds worker processes to start (the event load chose one);
+# - its event reads merge the key index's scans, which give each partition's rows in job
+#   and time order: the planner overestimates a chunk's events (118k rows for 23k) and
+#   would pick bitmap scans and a sort that spills to disk, at twice the server's CPU
+#   (docs/performance.md, aggregation round 6). Sorting is off for the whole transaction,
+#   not around each read, to cost no round trip of its own: the chunk's other statements
+#   have no sort to avoid or must sort anyway (the setting weighs plans, forbids none).
 _CHUNK_SETTINGS = ("SELECT set_config('synchronous_commit', 'off', true),"
-                   " set_config('max_parallel_workers_per_gather', '0', true)")
+                   " set_config('max_parallel_workers_per_gather', '0', true),"
+                   " set_config('enable_sort', 'off', true)")
 
 
 def set_chunk_settings(conn: Connection) -> None:
-    """For the rest of this transaction: commit without waiting for the WAL flush, and plan
-    without parallel workers."""
+    """For the rest of this transaction: commit without waiting for the WAL flush, plan
+    without parallel workers, and read events merged from the key index, not sorted."""
     conn.exec_driver_sql(_CHUNK_SETTINGS)
 
 
@@ -204,23 +211,13 @@ def _events_by_job(conn: Connection, statement: str, params: Mapping[str, Any],
 
 
 _STREAM_ROWS = 10_000
-_SORT_OFF = "SELECT current_setting('enable_sort'), set_config('enable_sort', 'off', true)"
-_SORT_AS = "SELECT set_config('enable_sort', %s, true)"
-
-
 def stream_events(conn: Connection, job_ids: Sequence[str]) -> Iterator[tuple[str, list[Event]]]:
     """`load_events` one job at a time: a chunk of long-running jobs (a month of heartbeats
     each) would otherwise hold every job's events at once. Rows arrive in pages of
     `_STREAM_ROWS` (libpq's chunked rows: the same statement and plan, no server-side
-    cursor); nothing else may use the connection until the iterator is exhausted."""
-    # The key index gives each partition's rows in job and time order, so a merge of them
-    # needs no sort. The planner overestimates a chunk's rows (118k for 23k) and picks
-    # bitmap scans and a sort that spills to disk instead, at twice the server's CPU
-    # (docs/performance.md, aggregation round 6); sorting is off for this statement only.
-    raw = conn.connection.driver_connection
-    was = raw.execute(_SORT_OFF).fetchone()[0]  # type: ignore[union-attr,index]
+    cursor); nothing else may use the connection until the iterator is exhausted. In a
+    chunk's transaction (`set_chunk_settings`) the read is a merge of the key's scans."""
     yield from _events_by_job(conn, _LOAD_EVENTS, {"ids": list(job_ids)}, _STREAM_ROWS)
-    raw.execute(_SORT_AS, [was])  # type: ignore[union-attr]
 
 
 def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Event]]:

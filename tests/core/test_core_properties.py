@@ -169,12 +169,15 @@ def _owners_at_each_instant(frame) -> list[tuple[int, int, str, str]]:
     first; adjacent intervals of one owner merged."""
     component_of = dict(TAXONOMY.phase_component).get
     stack: list[OpenPhase] = []
-    instants = sorted({frame.start_us, frame.end_us}
-                      | {min(max(e.ts_us, frame.start_us), frame.end_us) for e in frame.events})
+
+    def clamped(e) -> int:
+        return min(max(e.ts_us, frame.start_us), frame.end_us)
+
+    instants = sorted({frame.start_us, frame.end_us} | {clamped(e) for e in frame.events})
     pending = list(frame.events)
     pieces: list[tuple[int, int, str, str]] = []
     for lo, hi in pairwise(instants):
-        while pending and min(max(pending[0].ts_us, frame.start_us), frame.end_us) <= lo:
+        while pending and clamped(pending[0]) <= lo:
             e = pending.pop(0)
             if e.type == "phase_start":
                 stack.append(OpenPhase(e.phase, lo, e.attrs.get("background") is True,

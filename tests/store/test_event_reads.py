@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from service.store import events, impact, results
 from service.store.retention import ensure_partitions
+from tests.factories import post_all, spec_example
 from tests.store.test_citus_readiness import statements
 
 # (the statement as the code sends it, its parameters, psycopg's %(name)s style or not)
@@ -90,19 +91,28 @@ def test_every_read_of_events_is_an_index_scan_on_the_key_in_every_partition(
     assert wrong == {}
 
 
-def test_a_pass_reads_each_job_merged_from_the_key_and_puts_sorting_back(db_engine) -> None:
+def test_a_pass_reads_its_chunks_events_merged_from_the_key_with_no_sort(
+        api, agg, monkeypatch) -> None:
     # The planner overestimates a chunk's rows and would pick bitmap scans and a sort that
-    # spills to disk: a pass's read runs with sorting off, and leaves the setting as it was.
-    ensure_partitions(db_engine, datetime(2026, 1, 1, tzinfo=UTC))
-    for before in ("on", "off"):
-        with db_engine.begin() as conn:
-            conn.exec_driver_sql(f"SET LOCAL enable_sort = {before}")
-            raw = conn.connection.driver_connection
-            raw.execute(results._SORT_OFF)
-            plan = raw.execute("EXPLAIN (FORMAT JSON) " + results._LOAD_EVENTS,
-                               {"ids": IDS}).fetchone()[0]
-            nodes = _plan_nodes(plan[0]["Plan"])
-            assert "Sort" not in {n["Node Type"] for n in nodes}
-            raw.execute(results._SORT_AS, [before])
-            assert list(results.stream_events(conn, IDS)) == []
-            assert conn.exec_driver_sql("SHOW enable_sort").scalar_one() == before
+    # spills to disk. Each read a real pass sends is explained on the pass's own
+    # connection, in its chunk's transaction, just before it runs: with the settings the
+    # pass gives it, whatever they are.
+    post_all(api, [*spec_example("job-a"), *spec_example("job-b", model="model-b")])
+    plans: list[list[dict[str, Any]]] = []
+    read = results._events_by_job
+
+    def explained(conn, statement, params, page=None):
+        with conn.connection.driver_connection.cursor() as cur:
+            cur.execute("EXPLAIN (FORMAT JSON) " + statement, params)
+            plans.append(_plan_nodes(cur.fetchone()[0][0]["Plan"]))
+        return read(conn, statement, params, page)
+
+    monkeypatch.setattr(results, "_events_by_job", explained)
+    assert agg.run_pass(recompute_all=True).jobs_recomputed == 2
+    assert plans
+    for nodes in plans:
+        assert "Sort" not in {n["Node Type"] for n in nodes}
+        assert {n["Node Type"] for n in nodes
+                if n.get("Relation Name", "").startswith("events")} == {"Index Scan"}
+    with agg.engine.connect() as conn:  # a chunk's setting does not outlive its transaction
+        assert conn.exec_driver_sql("SHOW enable_sort").scalar_one() == "on"
