@@ -211,6 +211,8 @@ def _events_by_job(conn: Connection, statement: str, params: Mapping[str, Any],
 
 
 _STREAM_ROWS = 10_000
+
+
 def stream_events(conn: Connection, job_ids: Sequence[str]) -> Iterator[tuple[str, list[Event]]]:
     """`load_events` one job at a time: a chunk of long-running jobs (a month of heartbeats
     each) would otherwise hold every job's events at once. Rows arrive in pages of
