@@ -67,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fleet-days", type=float, default=None,
                    help="aggregation history in days (default 3; quick 1)")
     p.add_argument("--runs", type=int, default=None,
-                   help="aggregation: measured runs (default 5, quick 2; fewer for a full-size"
-                        " fleet);"
-                        " fleet_180d: recompute and scan pairs (default 1)")
+                   help="aggregation: measured runs (default 5, quick 2; fewer for a"
+                        " full-size fleet); fleet_180d: recompute and scan pairs (default 1)")
     p.add_argument("--scale", type=float, default=None,
                    help="fleet_180d: the share of its 180 days to run (default 1; quick 0.01);"
                         " aggregate_by_age: the share of its 1,000 jobs (default 1)")
