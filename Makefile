@@ -8,6 +8,11 @@ TRAINER_STAMP := $(VENV)/.installed-trainer
 # Where `make run` listens: `make run HOST=0.0.0.0 PORT=9000` for trainers on other machines.
 HOST ?= 127.0.0.1
 PORT ?= 8080
+# Test processes: each runs whole files (their module fixtures start services once). Most of
+# the suite's time is end-to-end tests waiting on real windows and timers, so three keep two
+# cores busy; `make test TEST_WORKERS=0` runs in one process.
+TEST_WORKERS ?= 3
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: run trainer test test-fast lint bench bench-quick clean
 
@@ -36,11 +41,11 @@ trainer: $(TRAINER_STAMP)
 test: $(STAMP)
 	bash scripts/install-system-deps.sh
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest
+	$(PYTEST)
 
 ## The fast suite only (no end-to-end tests with real processes).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
