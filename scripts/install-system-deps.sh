@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# System tools the end-to-end tests use: Prometheus (promtool), Alertmanager (amtool) and
-# Chromium (the console's browser tests drive it through Playwright), from Debian's packages. Installed only when missing and only when we can (root + apt).
+# System tools the end-to-end tests use, from Debian's packages: Podman and Slurm (their own
+# scripts), Prometheus (promtool), Alertmanager (amtool) and Chromium (the console's browser
+# tests drive it through Playwright). Installed only when missing and only when we can (root + apt).
 set -uo pipefail
 bash "$(dirname "$0")/install-podman.sh"
 bash "$(dirname "$0")/install-slurm.sh"

@@ -61,7 +61,7 @@ def test_a_gzip_bomb_is_refused_at_the_decompressed_limit(api, db_engine) -> Non
     assert "decompressed body exceeds the limit of 5242880 bytes" in r.json()["detail"]
 
 
-@pytest.mark.parametrize("body", [b"not gzip at all", gzip.compress(batch(5), mtime=0)[:40]],
+@pytest.mark.parametrize("body", [b"not gzip at all", gzip.compress(batch(5))[:40]],
                          ids=["not gzip", "truncated gzip"])
 def test_a_broken_or_truncated_stream_is_400(api, body: bytes) -> None:
     r = api.post("/v1/events", content=body,
