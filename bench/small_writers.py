@@ -85,6 +85,26 @@ def naive_serve(database_url: str) -> Iterator[Serve]:
         proc.wait(timeout=20)
 
 
+def _checkpoint(url: str) -> None:
+    """Begin a window on a server in its steady state: its WAL segments recycled.
+
+    A new cluster creates each 16 MB WAL segment afresh, zero-filled and flushed while
+    every commit waits (60-70 ms on this machine, one every ~3 s at 11,000 1-event requests
+    a second), until its first checkpoint recycles the old ones; a server that has run a
+    checkpoint cycle renames a used segment instead (docs/performance.md, round 4). Both
+    apps' windows are begun the same way."""
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege as exc:  # a server of ETT_BENCH_DATABASE_URL
+        print(f"(window begun without a checkpoint: {exc})")
+
+
+def _parts_p99(out: dict[str, Any]) -> str:
+    parts = out.get("parts_ms") or {}
+    return ", ".join(f"{name} {part['p99']:.0f} ms" for name, part in parts.items())
+
+
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(len(s) * q))] if s else float("nan")
@@ -172,11 +192,13 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                         fleet)
             for _ in range(runs):
                 for name in ("naive", "ett"):
+                    _checkpoint(url_ett)
                     windows[name].append(_closed(apps[name], meters[name], clients, seconds,
                                                  events, fleet))
             ratios = [e["rps"] / n["rps"] for e, n in zip(windows["ett"], windows["naive"],
                                                           strict=True)]
             rate = statistics.median(w["rps"] for w in windows["ett"])
+            _checkpoint(url_ett)
             at80 = _open(ett, [ADMIN_TOKEN], [1.0], clients, 0.8 * rate, seconds, events,
                          fleet)
             lat80 = at80["latencies_ms"][0]
@@ -186,13 +208,14 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                 "windows": windows, "ratio": spread(ratios),
                 "at_80pct": {"rate": round(0.8 * rate, 1), "p99_ms": round(p99, 1),
                              "p50_ms": round(_pct(lat80, 0.5), 1), "errors": errors80,
+                             "parts_ms": at80.get("parts_ms"),
                              "load_1m": at80["load_1m"]}}
             errors = sum(w["errors"] for ws in windows.values() for w in ws)
             print(f"{events}-event requests, {clients} clients: ett"
                   f" {[w['rps'] for w in windows['ett']]}/s, naive"
                   f" {[w['rps'] for w in windows['naive']]}/s, ratio per run"
                   f" {[round(r, 2) for r in ratios]}; at 80% ({0.8 * rate:.0f}/s) p99"
-                  f" {p99:.1f} ms, errors {errors80}; load"
+                  f" {p99:.1f} ms (its parts' p99: {_parts_p99(at80)}), errors {errors80}; load"
                   f" {[w['load_1m'] for w in windows['ett']]}")
             targets.append((f"{events}-event requests: ett serve >= {TARGET_RATIO}x naive in"
                             " every run, no errors",
@@ -221,6 +244,7 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
         _open(ett, tokens, [1.0] * 10, clients, 0.4 * rate1,
               max(2.0, 1.5 * clients / (0.4 * rate1)), 1, "fair")
         share = 0.8 * rate1 / 10
+        _checkpoint(url_ett)
         fair = _open(ett, tokens, [1.0] * 10, clients, share * 19, seconds, 1, "fair",
                      rates=[10.0] + [1.0] * 9)
         others = [_pct(lat, 0.99) for lat in fair["latencies_ms"][1:]]

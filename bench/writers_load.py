@@ -56,6 +56,11 @@ class Tally:
         self.errors: Counter[str] = Counter()
         self.acked: list[str] | None = [] if acks else None
         self.ok = 0
+        # Where an open loop's latency went (answered requests): the generator's own
+        # lateness in starting the request, the wait for one of the token's connections,
+        # and the exchange itself (written to read).
+        self.parts: dict[str, list[float]] = {"generator": [], "connection": [],
+                                              "exchange": []}
 
     def answer(self, token: int, status: int | None, latency: float, ids: list[str],
                kind: str = "") -> None:
@@ -128,16 +133,25 @@ async def open_loop(url: str, tokens: list[str], weights: list[float], clients: 
                                           seed * 100_003 + len(conns))))
         groups.append(free)
     await _connect_all(conns)
-    tasks: list[asyncio.Task[None]] = []
+    # Only the requests still in flight: gathering every task of a run at its end held
+    # the generator's loop ~100 ms, and its last answers with it.
+    in_flight: set[asyncio.Task[None]] = set()
 
     async def one(t: int, due: float) -> None:
+        started = loop.time()
         conn, bodies = await groups[t].get()
         try:
             body, ids = bodies()
+            sent = loop.time()
             status, kind = await _post(conn, body)
         finally:
             groups[t].put_nowait((conn, bodies))
-        tally.answer(t, status, loop.time() - due, ids, kind)
+        now = loop.time()
+        tally.answer(t, status, now - due, ids, kind)
+        if status == 202:
+            for part, seconds in zip(tally.parts.values(),
+                                     (started - due, sent - started, now - sent), strict=True):
+                part.append(seconds)
 
     async def schedule(t: int) -> None:
         token_rate = rate * shares[t] / sum(shares)
@@ -147,11 +161,13 @@ async def open_loop(url: str, tokens: list[str], weights: list[float], clients: 
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(t, due)))
+            task = asyncio.create_task(one(t, due))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
 
     began = time.perf_counter()
     await asyncio.gather(*(schedule(t) for t in range(len(tokens))))
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*in_flight)
     return _result(tally, time.perf_counter() - began, conns)
 
 
@@ -163,9 +179,17 @@ def _result(tally: Tally, wall: float, conns: list[Conn]) -> dict[str, Any]:
         "wall_s": wall, "ok": tally.ok, "errors": dict(tally.errors),
         "latencies_ms": [[round(x * 1000, 2) for x in lat] for lat in tally.latencies],
         "cpu_s": time.process_time()}
+    if tally.parts["exchange"]:
+        out["parts_ms"] = {name: {"p50": _quantile(values, 0.5), "p99": _quantile(values, 0.99)}
+                           for name, values in tally.parts.items()}
     if tally.acked is not None:
         out["acked"] = tally.acked
     return out
+
+
+def _quantile(seconds: list[float], q: float) -> float:
+    ordered = sorted(seconds)
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000, 2)
 
 
 def main() -> None:
