@@ -91,8 +91,8 @@ def _checkpoint(url: str) -> None:
     A new cluster creates each 16 MB WAL segment afresh, zero-filled and flushed while
     every commit waits (60-70 ms on this machine, one every ~3 s at 11,000 1-event requests
     a second), until its first checkpoint recycles the old ones; a server that has run a
-    checkpoint cycle renames a used segment instead (docs/performance.md, round 4). Both
-    apps' windows are begun the same way."""
+    checkpoint cycle renames a used segment instead (docs/performance.md, "Many small
+    writers", round 4). Both apps' windows are begun the same way."""
     try:
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
             conn.execute("CHECKPOINT")
