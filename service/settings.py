@@ -72,6 +72,12 @@ class Settings(BaseSettings):
     ingest_statement_timeout_ms: int = Field(
         default=10_000, ge=0, description="an ingest transaction's statement timeout (0: none)"
     )
+    ingest_store_deadline_s: float = Field(
+        default=20.0, ge=0,
+        description="a request's events must be committed within this, else 503 + Retry-After"
+                    " and the connection is dropped (a database that stopped answering"
+                    " without closing its connections); 0: no deadline",
+    )
     group_commit_ms: float = Field(
         default=3.0, ge=0,
         description="a small ingest batch waits at most this long for others to be stored"

@@ -7,6 +7,12 @@ COPY in a transaction, or one autocommit statement for small batches
 (`store.events.store_rows_async`), answered once PostgreSQL has committed it, on a psycopg
 `AsyncConnection`, awaited on the event loop.
 
+Every store has a deadline (`store_deadline_s`) on the client's side too. The statement
+timeout is the server's and cannot end a wait on a server that stopped answering without
+closing the connection (a stopped process, a host gone from the network, a connection
+stuck in a shutdown); past the deadline the request gets 503 + Retry-After and the
+connection is dropped, mid-statement, like any cancelled one.
+
 The pool is deliberately small: at most `size` connections, opened on demand and kept;
 the ingest statement timeout set once per connection; a caller waits at most `timeout_s`
 for one. A connection that broke (a database restart, a network cut) is closed, and so is
@@ -133,13 +139,14 @@ def pool_for(url: str, settings: Settings) -> IngestPool:
         statement_timeout_ms=(settings.ingest_statement_timeout_ms
                               or settings.db_statement_timeout_ms),
         group_window_s=settings.group_commit_ms / 1000,
-        group_max_rows=settings.group_commit_max_rows)
+        group_max_rows=settings.group_commit_max_rows,
+        store_deadline_s=settings.ingest_store_deadline_s)
 
 
 class IngestPool:
     def __init__(self, url: str, *, size: int, timeout_s: float, statement_timeout_ms: int,
                  connect_timeout_s: int = 5, group_window_s: float = 0.0,
-                 group_max_rows: int = 0) -> None:
+                 group_max_rows: int = 0, store_deadline_s: float = 0.0) -> None:
         self._conninfo = libpq_conninfo(url)
         self._size = size
         self._timeout_s = timeout_s
@@ -147,6 +154,7 @@ class IngestPool:
         self._connect_timeout_s = connect_timeout_s
         self._group_window_s = group_window_s
         self._group_max_rows = group_max_rows
+        self._store_deadline_s = store_deadline_s
         self._idle: list[psycopg.AsyncConnection] = []
         # Made on first use by the loop that serves the requests (and again should another
         # loop take over, as each of a test client's portals runs its own): the
@@ -176,8 +184,23 @@ class IngestPool:
             await self._adopt(loop)
         if admit is None and self._groups is not None and len(rows) < self._groups.max_rows:
             return await self._groups.store(rows)
-        async with self._connection() as conn:
+        async with self._within_deadline(), self._connection() as conn:
             return await store_rows_async(conn, rows, admit, default_team)
+
+    @asynccontextmanager
+    async def _within_deadline(self) -> AsyncIterator[None]:
+        """The block's database work, ended by Unavailable past the store deadline."""
+        if self._store_deadline_s <= 0:
+            yield
+            return
+        try:
+            async with asyncio.timeout(self._store_deadline_s):
+                yield
+        except TimeoutError:
+            log.warning("ingest: the database did not answer a store within %g s; the"
+                        " connection is dropped", self._store_deadline_s)
+            raise Unavailable("ingest: the database did not answer in time; retry later"
+                              ) from None
 
     async def _store_group(self, parts: list[EventRows]) -> list[int | BaseException]:
         """The group by one COPY; should that fail, each batch alone, in arrival order.
@@ -185,7 +208,7 @@ class IngestPool:
         A group of one batch too (a lone request while traffic is light): the COPY script
         cost PostgreSQL less than the insert statement's one round trip (1.0-1.5 against
         2.3 ms for one row), and its plan cannot go stale."""
-        async with self._connection() as conn:
+        async with self._within_deadline(), self._connection() as conn:
             try:
                 await store_group_async(conn, EventRows.concat(parts))
                 return [len(part) for part in parts]

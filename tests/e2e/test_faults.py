@@ -28,7 +28,7 @@ from sqlalchemy import text
 from ett_core import Taxonomy
 from service.access import tokens
 from service.aggregate import Aggregator
-from service.store.engine import EmbeddedPostgres, make_engine
+from service.store.engine import EmbeddedPostgres, make_engine, postmaster_pid
 from tests.conftest import REPO, ServiceProcess, create_database
 from tests.factories import demo_events, post_all, results_state, wipe_results
 
@@ -451,3 +451,56 @@ def test_a_blocked_database_answers_503_within_the_bounds_and_acknowledges_nothi
     assert codes == [503]
     assert stall < 4.0  # statement timeout 1 s + pool wait 1 s, plus slack for CI
     assert after.status_code == 202
+
+
+def _signal_cluster(pgdata: Path, sig: signal.Signals) -> None:
+    import psutil
+
+    postmaster = psutil.Process(postmaster_pid(pgdata))
+    for proc in [postmaster, *postmaster.children(recursive=True)]:
+        proc.send_signal(sig)
+
+
+def test_a_database_that_stops_answering_gets_503_within_the_store_deadline(
+        service_factory) -> None:
+    # SIGSTOP: every connection stays open and nothing answers, as with a host gone from
+    # the network. The server's statement timeout cannot end that wait; the store deadline
+    # on the service's side does.
+    tmp = Path(tempfile.mkdtemp(prefix="ett-frozen-"))
+    pg = EmbeddedPostgres(tmp)
+    url = pg.start()
+    frozen = False
+    try:
+        svc: ServiceProcess = service_factory(url, args=("--no-aggregator",), extra_env={
+            "ETT_INGEST_STORE_DEADLINE_S": "2", "ETT_TOKEN_CACHE_TTL_S": "60"})
+        first = httpx.post(svc.url + "/v1/events", headers=svc.headers(),
+                           json={"events": [now_event("frozen", 0)]}, timeout=30)
+        assert first.status_code == 202  # the job is claimed; its next batches are grouped
+        _signal_cluster(tmp / "pg", signal.SIGSTOP)
+        frozen = True
+        answers = []
+        for job, seq in (("frozen", 1), ("frozen-new", 0)):  # a grouped batch, a claim
+            event = now_event(job, seq)
+            started = time.monotonic()
+            r = httpx.post(svc.url + "/v1/events", headers=svc.headers(),
+                           json={"events": [event]}, timeout=30)
+            answers.append((r.status_code, time.monotonic() - started, r.headers, event))
+        _signal_cluster(tmp / "pg", signal.SIGCONT)
+        frozen = False
+        retried = [httpx.post(svc.url + "/v1/events", headers=svc.headers(),
+                              json={"events": [event]}, timeout=30).json()
+                   for *_, event in answers]
+        stored, distinct = count_events(url, "job_id LIKE 'frozen%'")
+    finally:
+        if frozen:
+            _signal_cluster(tmp / "pg", signal.SIGCONT)
+        pg.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\nFAULT frozen-db: statuses={[a[0] for a in answers]}"
+          f" waited_s={[round(a[1], 2) for a in answers]}")
+    for status, waited, headers, _ in answers:
+        assert status == 503 and "retry-after" in headers
+        assert 2.0 <= waited < 6.0  # the deadline, plus slack for CI
+    # Retried once the database answers again: each event stored exactly once.
+    assert [r["accepted"] + r["duplicates"] for r in retried] == [1, 1]
+    assert stored == distinct == 3
