@@ -249,12 +249,19 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
                      rates=[10.0] + [1.0] * 9)
         others = [_pct(lat, 0.99) for lat in fair["latencies_ms"][1:]]
         hog_p99 = _pct(fair["latencies_ms"][0], 0.99)
+        # Where the others' latency went: each part's largest p99 among them.
+        by_token = fair.get("parts_ms_by_token") or []
+        others_parts = {part: max(t[part]["p99"] for t in by_token[1:] if part in t)
+                        for part in ("connection", "generator", "exchange")} \
+            if len(by_token) > 1 else {}
         figures["fairness"] = {"share_rps": round(share, 1), "others_p99_ms": others,
-                               "hog_p99_ms": hog_p99, "errors": fair["errors"],
-                               "load_1m": fair["load_1m"]}
+                               "hog_p99_ms": hog_p99, "hog_answered": len(fair["latencies_ms"][0]),
+                               "others_parts_p99_ms": others_parts,
+                               "generator_cpu_s": round(fair["cpu_s"], 1),
+                               "errors": fair["errors"], "load_1m": fair["load_1m"]}
         print(f"fairness: 9 tokens at {share:.0f}/s each, one at {10 * share:.0f}/s: the"
-              f" others' p99 up to {max(others):.1f} ms, the hog's {hog_p99:.1f} ms,"
-              f" errors {fair['errors']}")
+              f" others' p99 up to {max(others):.1f} ms (their parts' p99 at most:"
+              f" {others_parts}), the hog's {hog_p99:.1f} ms, errors {fair['errors']}")
         targets.append((f"one token at 10x its share: every other token's p99 <="
                         f" {TARGET_P99_MS:.0f} ms",
                         f"others' p99 {min(others):.1f}-{max(others):.1f} ms (hog"

@@ -50,17 +50,20 @@ class Bodies:
         return body, ids
 
 
+PARTS = ("connection", "generator", "exchange")
+
+
 class Tally:
     def __init__(self, tokens: int, acks: bool) -> None:
         self.latencies: list[list[float]] = [[] for _ in range(tokens)]
         self.errors: Counter[str] = Counter()
         self.acked: list[str] | None = [] if acks else None
         self.ok = 0
-        # Where an open loop's latency went (answered requests): the generator's own
-        # lateness in starting the request, the wait for one of the token's connections,
-        # and the exchange itself (written to read).
-        self.parts: dict[str, list[float]] = {"generator": [], "connection": [],
-                                              "exchange": []}
+        # Where an open loop's latency went (answered requests, per token): the wait for
+        # one of the token's connections, the generator's own lateness in sending, and
+        # the exchange itself (written to read).
+        self.parts: list[dict[str, list[float]]] = [
+            {part: [] for part in PARTS} for _ in range(tokens)]
 
     def answer(self, token: int, status: int | None, latency: float, ids: list[str],
                kind: str = "") -> None:
@@ -71,6 +74,10 @@ class Tally:
                 self.acked.extend(ids)
         else:
             self.errors[kind or str(status)] += 1
+
+    def part(self, token: int, seconds: tuple[float, float, float]) -> None:
+        for values, value in zip(self.parts[token].values(), seconds, strict=True):
+            values.append(value)
 
 
 async def _post(conn: Conn, body: bytes) -> tuple[int | None, str]:
@@ -117,58 +124,48 @@ async def open_loop(url: str, tokens: list[str], weights: list[float], clients: 
                     rate: float, seconds: float, events: int, seed: int, fleet: str,
                     rate_weights: list[float] | None = None) -> dict[str, Any]:
     """`weights` split the clients over the tokens; `rate_weights` (else the same) the
-    rate."""
+    rate.
+
+    Each of a token's connections takes the token's next due instant when it is free: a
+    due instant in the future is waited for, one in the past has waited for a connection
+    (and counts it). Every due request is sent, however late. One coroutine per connection,
+    not one task per request: a token far over what the server admits left a task per due
+    request waiting for a connection (a hundred thousand in a run), and creating them took
+    the generator's CPU from the requests it was timing."""
     total = sum(weights)
     shares = rate_weights or weights
     tally = Tally(len(tokens), False)
     loop = asyncio.get_running_loop()
-    groups: list[asyncio.Queue[tuple[Conn, Bodies]]] = []
-    conns: list[Conn] = []
-    for token, weight in zip(tokens, weights, strict=True):
-        free: asyncio.Queue[tuple[Conn, Bodies]] = asyncio.Queue()
+    start = loop.time() + 0.05
+    workers: list[tuple[int, Conn, Bodies]] = []
+    for t, (token, weight) in enumerate(zip(tokens, weights, strict=True)):
         for _ in range(max(1, round(clients * weight / total))):
             conn = Conn(url, token)
-            conns.append(conn)
-            free.put_nowait((conn, Bodies(f"{fleet}-{len(conns)}", events,
-                                          seed * 100_003 + len(conns))))
-        groups.append(free)
-    await _connect_all(conns)
-    # Only the requests still in flight: gathering every task of a run at its end held
-    # the generator's loop ~100 ms, and its last answers with it.
-    in_flight: set[asyncio.Task[None]] = set()
+            workers.append((t, conn, Bodies(f"{fleet}-{len(workers) + 1}", events,
+                                            seed * 100_003 + len(workers) + 1)))
+    await _connect_all([conn for _, conn, _ in workers])
+    token_rates = [rate * share / sum(shares) for share in shares]
+    counts = [int(r * seconds) for r in token_rates]
+    taken = [0] * len(tokens)
 
-    async def one(t: int, due: float) -> None:
-        started = loop.time()
-        conn, bodies = await groups[t].get()
-        try:
+    async def worker(t: int, conn: Conn, bodies: Bodies) -> None:
+        while taken[t] < counts[t]:
+            due = start + taken[t] / token_rates[t]
+            taken[t] += 1
+            free = loop.time()
+            if due > free:
+                await asyncio.sleep(due - free)
             body, ids = bodies()
             sent = loop.time()
             status, kind = await _post(conn, body)
-        finally:
-            groups[t].put_nowait((conn, bodies))
-        now = loop.time()
-        tally.answer(t, status, now - due, ids, kind)
-        if status == 202:
-            for part, seconds in zip(tally.parts.values(),
-                                     (started - due, sent - started, now - sent), strict=True):
-                part.append(seconds)
-
-    async def schedule(t: int) -> None:
-        token_rate = rate * shares[t] / sum(shares)
-        start = loop.time() + 0.05
-        for i in range(int(token_rate * seconds)):
-            due = start + i / token_rate
-            delay = due - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            task = asyncio.create_task(one(t, due))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
+            now = loop.time()
+            tally.answer(t, status, now - due, ids, kind)
+            if status == 202:
+                tally.part(t, (max(0.0, free - due), sent - max(due, free), now - sent))
 
     began = time.perf_counter()
-    await asyncio.gather(*(schedule(t) for t in range(len(tokens))))
-    await asyncio.gather(*in_flight)
-    return _result(tally, time.perf_counter() - began, conns)
+    await asyncio.gather(*(worker(*w) for w in workers))
+    return _result(tally, time.perf_counter() - began, [conn for _, conn, _ in workers])
 
 
 def _result(tally: Tally, wall: float, conns: list[Conn]) -> dict[str, Any]:
@@ -179,11 +176,20 @@ def _result(tally: Tally, wall: float, conns: list[Conn]) -> dict[str, Any]:
         "wall_s": wall, "ok": tally.ok, "errors": dict(tally.errors),
         "latencies_ms": [[round(x * 1000, 2) for x in lat] for lat in tally.latencies],
         "cpu_s": time.process_time()}
-    if tally.parts["exchange"]:
-        out["parts_ms"] = {name: {"p50": _quantile(values, 0.5), "p99": _quantile(values, 0.99)}
-                           for name, values in tally.parts.items()}
+    if any(parts["exchange"] for parts in tally.parts):
+        out["parts_ms"] = _parts(tally.parts)
+        out["parts_ms_by_token"] = [_parts([parts]) for parts in tally.parts]
     if tally.acked is not None:
         out["acked"] = tally.acked
+    return out
+
+
+def _parts(of: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for name in PARTS:
+        values = [v for parts in of for v in parts[name]]
+        if values:
+            out[name] = {"p50": _quantile(values, 0.5), "p99": _quantile(values, 0.99)}
     return out
 
 

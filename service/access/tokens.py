@@ -21,6 +21,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -159,12 +160,25 @@ def record_last_used(conn: Connection, uses: dict[str, datetime]) -> None:
 class _Cached:
     principal: Principal | None  # None: unknown or revoked (cached too, so bad tokens are cheap)
     expires: float
+    refresh_after: float  # a lookup answered from here on starts the next one in the background
 
 
 class TokenStore:
-    """Token lookups for the API: a short-TTL cache in front of `api_tokens`."""
+    """Token lookups for the API: a short-TTL cache in front of `api_tokens`.
+
+    A token in use is looked up again in the background once two thirds of its entry's
+    TTL have passed (`peek`), so its requests keep being answered on the loop; a revocation
+    still takes effect within the TTL, since the entry expires whatever the refresh did.
+    When an entry expired all the same (a token idle for a while), the requests that find
+    it so share one query (`_load`). Without either, every request of a busy token that
+    came in between its entry's expiry and the first lookup's answer went to a worker
+    thread and asked the database itself: a hundred queries at once for a token with a
+    hundred trainers posting, every TTL, which held other tokens' requests for 0.3-1.5 s
+    in `bench/small_writers.py`'s fairness case. The last-use flush is started in the
+    background by a request too, for the same reason."""
 
     MAX_ENTRIES = 10_000
+    REFRESH_AFTER = 2 / 3  # of the TTL
 
     def __init__(self, engine: Engine, *,
                  cache_ttl_s: float = default("token_cache_ttl_s"),
@@ -176,6 +190,9 @@ class TokenStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: dict[str, _Cached] = {}
+        # The query under way for a digest, which other lookups of it wait for.
+        self._loading: dict[str, Future[_Cached]] = {}
+        self._refreshing: set[str] = set()
         self._uses: dict[str, datetime] = {}
         self._last_flush = clock()
         self._flushing = False
@@ -187,48 +204,89 @@ class TokenStore:
         with self._lock:
             hit = self._cache.get(digest)
         if hit is None or hit.expires <= now:
-            with db_unavailable("cannot check the token"), self._engine.connect() as conn:
-                info = find_active(conn, token)
-            hit = _Cached(info.principal() if info else None, now + self._ttl)
-            with self._lock:
-                if len(self._cache) >= self.MAX_ENTRIES:
-                    self._cache.clear()
-                self._cache[digest] = hit
+            hit = self._load(token, digest)
         if hit.principal is not None:
             with self._lock:
                 self._uses[hit.principal.token_id] = datetime.now(UTC)
         self._maybe_flush(now)
         return hit.principal
 
-    def peek(self, token: str) -> Principal | None:
-        """`lookup()`'s answer for a cached valid token, without the database; else None.
+    def _load(self, token: str, digest: str) -> _Cached:
+        """Ask the database and cache the answer; a query for the same digest already
+        under way is waited for instead (its answer or its error)."""
+        with self._lock:
+            pending = self._loading.get(digest)
+            mine = pending is None
+            if pending is None:
+                pending = self._loading[digest] = Future()
+        if not mine:
+            return pending.result()
+        try:
+            now = self._clock()
+            with db_unavailable("cannot check the token"), self._engine.connect() as conn:
+                info = find_active(conn, token)
+            hit = _Cached(info.principal() if info else None, now + self._ttl,
+                          now + self._ttl * self.REFRESH_AFTER)
+            with self._lock:
+                if len(self._cache) >= self.MAX_ENTRIES:
+                    self._cache.clear()
+                self._cache[digest] = hit
+            pending.set_result(hit)
+            return hit
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                del self._loading[digest]
 
-        None also when the answer would touch the database: not cached, expired, cached as
-        invalid, or last-use times due to be written; the caller then calls `lookup()` off
-        the event loop. A hit records the use just as `lookup()` does.
-        """
+    def peek(self, token: str) -> Principal | None:
+        """`lookup()`'s answer for a cached valid token, without the database; else None
+        (not cached, expired, or cached as invalid), and the caller then calls `lookup()`
+        off the event loop. A hit records the use just as `lookup()` does, and starts the
+        token's next lookup or the due last-use flush in a background thread."""
         digest = hash_token(token)
         now = self._clock()
+        refresh = flush = False
         with self._lock:
             hit = self._cache.get(digest)
             if hit is None or hit.expires <= now or hit.principal is None:
                 return None
+            if now >= hit.refresh_after and digest not in self._refreshing:
+                self._refreshing.add(digest)
+                refresh = True
             if not self._flushing and now - self._last_flush >= self._flush_every:
-                return None
+                self._flushing = flush = True
             self._uses[hit.principal.token_id] = datetime.now(UTC)
+        if refresh:
+            _in_background(self._refresh, token, digest)
+        if flush:
+            _in_background(self._flush_due)
         return hit.principal
 
-    def _maybe_flush(self, now: float) -> None:
-        with self._lock:
-            if self._flushing or now - self._last_flush < self._flush_every or not self._uses:
-                return
-            self._flushing = True
+    def _refresh(self, token: str, digest: str) -> None:
+        try:
+            self._load(token, digest)
+        except Exception as exc:  # the entry expires; the request that finds it reports it
+            log.debug("tokens: background lookup failed: %s", exc)
+        finally:
+            with self._lock:
+                self._refreshing.discard(digest)
+
+    def _flush_due(self) -> None:
         try:
             self.flush_last_used()
         finally:
             with self._lock:
                 self._flushing = False
                 self._last_flush = self._clock()
+
+    def _maybe_flush(self, now: float) -> None:
+        with self._lock:
+            if self._flushing or now - self._last_flush < self._flush_every or not self._uses:
+                return
+            self._flushing = True
+        self._flush_due()
 
     def flush_last_used(self) -> int:
         """Write the pending last-use times; on a database error keep them for next time."""
@@ -246,3 +304,9 @@ class TokenStore:
                     self._uses[token_id] = max(at, self._uses.get(token_id, at))
             return 0
         return len(uses)
+
+
+def _in_background(work: Callable[..., object], *args: object) -> None:
+    # A thread per refresh or flush: one per busy token per TTL, one per flush interval;
+    # a daemon, since a lookup or a last-use write is not worth holding the exit for.
+    threading.Thread(target=work, args=args, name="ett-token-store", daemon=True).start()

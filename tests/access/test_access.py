@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -111,9 +112,16 @@ def test_last_use_reaches_the_database_after_the_flush_interval(make_client, db_
     reader = token(db_engine, "reader")
     client.get("/v1/models", headers=auth(reader))
     clock.now += 0.3
-    client.get("/v1/models", headers=auth(reader))
-    with db_engine.connect() as conn:
-        assert conn.execute(text("SELECT last_used_at FROM api_tokens")).scalar() is not None
+    client.get("/v1/models", headers=auth(reader))  # starts the write, in the background
+
+    def written() -> bool:
+        with db_engine.connect() as conn:
+            return conn.execute(text("SELECT last_used_at FROM api_tokens")).scalar() is not None
+
+    deadline = time.monotonic() + 10
+    while not written():
+        assert time.monotonic() < deadline, "last use not written"
+        time.sleep(0.02)
 
 
 def test_probes_and_metrics_are_open_by_default_and_metrics_can_require_a_token(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from service.access import tokens
 from service.cli import main
@@ -60,6 +62,112 @@ def test_a_revoked_token_is_refused_once_the_cache_entry_expires(db_engine) -> N
     assert store.lookup(secret) is None
 
 
+def _queries(engine) -> tuple[list[str], object]:
+    """The token lookups the engine runs from now on, and the listener (to remove)."""
+    seen: list[str] = []
+
+    def count(_conn, _cursor, statement, *_a) -> None:
+        if "FROM api_tokens" in statement:
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    return seen, count
+
+
+def _until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the deadline"
+        time.sleep(0.01)
+
+
+def test_a_token_in_use_is_looked_up_again_in_the_background_before_it_expires(
+        db_engine) -> None:
+    _, secret = create(db_engine)
+    clock = FakeClock()
+    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    seen, listener = _queries(db_engine)
+    try:
+        assert store.lookup(secret) is not None
+        clock.now += 1.9
+        assert store.peek(secret) is not None
+        assert len(seen) == 1  # not yet due
+        clock.now += 0.2  # two thirds of the TTL: the next lookup starts, the answer stays
+        assert store.peek(secret) is not None
+        _until(lambda: len(seen) == 2)
+        assert store.peek(secret) is not None
+        clock.now += 1.5  # past the first entry's expiry, within the refreshed one's
+        assert store.peek(secret) is not None
+        assert len(seen) == 2
+    finally:
+        event.remove(db_engine, "before_cursor_execute", listener)
+
+
+def test_a_revocation_reaches_a_token_in_use_within_the_ttl(db_engine) -> None:
+    info, secret = create(db_engine)
+    clock = FakeClock()
+    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    assert store.lookup(secret) is not None
+    with db_engine.begin() as conn:
+        tokens.revoke_token(conn, info.token_id)
+    clock.now += 2.5
+    assert store.peek(secret) is not None  # the cached answer, while the refresh runs
+    _until(lambda: store.peek(secret) is None)
+    assert store.lookup(secret) is None
+
+
+def test_lookups_of_an_expired_token_share_one_query(db_engine) -> None:
+    _, secret = create(db_engine)
+    store = tokens.TokenStore(db_engine)
+    seen, listener = _queries(db_engine)
+
+    def slow(_conn, _cursor, statement, *_a) -> None:
+        if "FROM api_tokens" in statement:
+            time.sleep(0.3)  # long enough for every thread to find it under way
+
+    event.listen(db_engine, "before_cursor_execute", slow)
+    start = threading.Barrier(20)
+    answers: list[object] = []
+
+    def one() -> None:
+        start.wait()
+        answers.append(store.lookup(secret))
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        event.remove(db_engine, "before_cursor_execute", slow)
+        event.remove(db_engine, "before_cursor_execute", listener)
+    assert len(answers) == 20 and all(a is not None for a in answers)
+    assert len(seen) == 1
+
+
+def test_a_failed_lookup_reaches_every_request_that_waited_for_it() -> None:
+    engine = make_engine("postgresql://nobody@127.0.0.1:9/none", pool_timeout_s=1)
+    store = tokens.TokenStore(engine)
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            store.lookup("ett_tok_x_y")
+        except Unavailable as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        engine.dispose()
+    assert len(errors) == 5
+
+
 def test_revoking_twice_keeps_the_first_time_and_unknown_ids_say_so(db_engine) -> None:
     info, _ = create(db_engine)
     with db_engine.begin() as conn:
@@ -75,8 +183,6 @@ def test_last_use_is_written_in_batches_not_per_request(db_engine) -> None:
     clock = FakeClock()
     store = tokens.TokenStore(db_engine, last_used_flush_s=10.0, clock=clock)
     statements: list[str] = []
-
-    from sqlalchemy import event
 
     def count(_conn, _cursor, statement, *_a) -> None:
         statements.append(statement)

@@ -32,12 +32,14 @@ async def _slow_server() -> tuple[asyncio.Server, str]:
     return server, f"http://127.0.0.1:{port}"
 
 
-def _run(clients: int, rate: float, seconds: float) -> dict:
+def _run(clients: int, rate: float, seconds: float, tokens: int = 1,
+         rates: list[float] | None = None) -> dict:
     async def go() -> dict:
         server, url = await _slow_server()
         async with server:
-            return await open_loop(url, ["t"], [1.0], clients, rate, seconds, 1, seed=1,
-                                   fleet="f")
+            return await open_loop(url, [f"t{i}" for i in range(tokens)], [1.0] * tokens,
+                                   clients, rate, seconds, 1, seed=1, fleet="f",
+                                   rate_weights=rates)
     return asyncio.run(go())
 
 
@@ -58,3 +60,14 @@ def test_a_busy_connection_is_waited_for_and_counted() -> None:
     assert out["ok"] == 30
     assert out["parts_ms"]["connection"]["p99"] >= 200  # the last waits for ~14 before it
     assert max(out["latencies_ms"][0]) >= 250
+
+
+def test_each_tokens_parts_are_its_own() -> None:
+    # One connection each: the first token's requests are due every 10 ms and queue for
+    # its connection; the second's every 50 ms, each sent when due.
+    out = _run(clients=2, rate=120, seconds=0.3, tokens=2, rates=[5.0, 1.0])
+    assert out["ok"] == 36 and [len(lat) for lat in out["latencies_ms"]] == [30, 6]
+    hog, other = out["parts_ms_by_token"]
+    assert hog["connection"]["p99"] >= 200
+    assert other["connection"]["p99"] == 0
+    assert max(out["latencies_ms"][1]) < 200
