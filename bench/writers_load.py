@@ -21,7 +21,6 @@ import os
 import random
 import sys
 import time
-import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -32,22 +31,42 @@ from .loadgen import Conn
 
 
 class Bodies:
-    """Fresh events for one client's job: heartbeats with new ids, stamped now."""
+    """Fresh events for one client's job: heartbeats with new random (version 4) ids,
+    stamped now.
+
+    The generator shares the machine's two cores with the servers it measures, so a body
+    is formatted from a template rather than built as objects and serialised: a 10-event
+    body took 46 us that way (`uuid.UUID` and `orjson.dumps` of ten dicts), about half the
+    generator's CPU per request; the JSON is the same."""
 
     def __init__(self, job: str, events: int, seed: int) -> None:
         self.rng = random.Random(seed)
         self.job, self.events, self.step = job, events, 0
+        self._event = ('{"event_id":"%s","ts":"%s","job_id":' + orjson.dumps(job).decode()
+                       + ',"attempt":0,"model":"bench_model","type":"heartbeat",'
+                       '"attrs":{"step":%d}}')
 
     def __call__(self) -> tuple[bytes, list[str]]:
         stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        ids = [str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-               for _ in range(self.events)]
+        n = self.events
+        ids = _uuid4s(f"{self.rng.getrandbits(128 * n):0{32 * n}x}", n)
         self.step += 1
-        body = orjson.dumps({"events": [
-            {"event_id": i, "ts": stamp, "job_id": self.job, "attempt": 0,
-             "model": "bench_model", "type": "heartbeat", "attrs": {"step": self.step}}
-            for i in ids]})
-        return body, ids
+        event, step = self._event, self.step
+        body = '{"events":[' + ",".join([event % (i, stamp, step) for i in ids]) + "]}"
+        return body.encode(), ids
+
+
+# A random hex digit as a variant 1 (RFC 4122) digit: its two high bits 10.
+_VARIANT = {f"{d:x}": "89ab"[d & 3] for d in range(16)}
+
+
+def _uuid4s(bits: str, n: int) -> list[str]:
+    """`n` version 4 UUIDs' text from 32 * n random hex digits (version and variant set)."""
+    out = []
+    for at in range(0, 32 * n, 32):
+        h = bits[at:at + 32]
+        out.append(f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}")
+    return out
 
 
 PARTS = ("connection", "generator", "exchange")

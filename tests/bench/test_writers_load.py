@@ -71,3 +71,27 @@ def test_each_tokens_parts_are_its_own() -> None:
     assert hog["connection"]["p99"] >= 200
     assert other["connection"]["p99"] == 0
     assert max(out["latencies_ms"][1]) < 200
+
+
+def test_bodies_are_fresh_heartbeats_with_random_version_4_ids() -> None:
+    import uuid
+
+    import orjson
+
+    from bench.writers_load import Bodies
+
+    bodies = Bodies('job-"1"', 10, seed=7)
+    seen: set[str] = set()
+    for step in (1, 2, 3):
+        body, ids = bodies()
+        events = orjson.loads(body)["events"]
+        assert [e["event_id"] for e in events] == ids and len(set(ids)) == 10
+        for e in events:
+            parsed = uuid.UUID(e["event_id"])
+            assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+            assert str(parsed) == e["event_id"]
+            assert (e["job_id"], e["type"], e["attrs"]) == ('job-"1"', "heartbeat",
+                                                            {"step": step})
+            assert e["ts"].endswith("Z")
+        seen.update(ids)
+    assert len(seen) == 30
