@@ -115,6 +115,35 @@ def test_an_unusual_event_sends_the_whole_batch_to_the_per_event_path(change) ->
     assert decide_whole(orjson.dumps({"events": raw}), 5000, ADMIN, now=NOW, **LIMITS) is None
 
 
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("attrs", "whole"), [
+    # Together past the size and nesting limits, each within them: the whole path.
+    ([{"s": "x" * 6000}, {"s": "y" * 6000}], True),
+    ([{"a": _nested(10)} for _ in range(4)], True),
+    # One past a limit: the per-event path, which rejects that event alone.
+    ([{"s": "x" * 9000}, {"s": "y"}], False),
+    ([{"s": "y"}, {"a": _nested(40)}], False),
+    ([None, {"s": "\u0000"}], False),
+])
+def test_attrs_limits_hold_event_by_event_on_the_whole_path(attrs, whole) -> None:
+    raw = [event("heartbeat", i, **({} if a is None else {"attrs": a}))
+           for i, a in enumerate(attrs)]
+    body = orjson.dumps({"events": raw})
+    decided = decide_whole(body, 5000, ADMIN, now=NOW, **LIMITS)
+    assert (decided is not None) == whole
+    if decided is not None:
+        assert _decide(body) == ([_normal(row) for row in decided.rows.rows()], [])
+    else:
+        rows, rejected = _decide(body)
+        assert len(rows) + len(rejected) == len(attrs) and len(rejected) == 1
+
+
 def test_a_duplicate_within_the_batch_or_a_foreign_model_defers() -> None:
     one = event("heartbeat", 1)
     assert decide_whole(orjson.dumps({"events": [one, one]}), 5000, ADMIN, now=NOW,
