@@ -57,10 +57,16 @@ def _wait(predicate, timeout_s: float, what: str, sink: WebhookSink) -> None:
 
 
 def _others(sink: WebhookSink) -> list[tuple[str, str, str]]:
-    """(team, alertname, slo) of every notification not for the compiler team."""
+    """(team, alertname, slo) of every notification for another component's team.
+
+    Not the fleet's own SLO (`fleet-ett`, its owner's): a compilation regression large
+    enough to page the compiler team also takes fleet ETT down, and whether that crosses
+    the fleet's page threshold too is a race between two true alerts (a CI run saw the
+    fleet's fire while the test checked; docs/alerts.md, "Which model regressed, and who
+    is paged")."""
     return sorted({(team, a["labels"].get("alertname", ""), a["labels"].get("slo", ""))
                    for team, body in sink.received if team != "compiler"
-                   for a in body["alerts"]})
+                   for a in body["alerts"] if a["labels"].get("slo") != "fleet-ett"})
 
 
 def _compilation_alerts(sink: WebhookSink, status: str) -> list[dict]:
@@ -68,7 +74,7 @@ def _compilation_alerts(sink: WebhookSink, status: str) -> list[dict]:
             if a["labels"].get("slo") == "compilation-share" and a["status"] == status]
 
 
-def test_a_compilation_regression_pages_the_compiler_team_only_and_resolves(
+def test_a_compilation_regression_pages_the_compiler_team_no_other_component_and_resolves(
         service_factory, tmp_path) -> None:
     # A long heartbeat timeout: the regressed fleet's jobs, silenced when the regression is
     # cleared, must not turn into lost attempts (failures: reliability's SLO) mid-test.
@@ -125,7 +131,7 @@ def test_a_compilation_regression_pages_the_compiler_team_only_and_resolves(
             _wait(lambda: _compilation_alerts(sink, "resolved"), 420,
                   "the compilation alert to resolve", sink)
             assert not _others(sink)
-            assert sink.teams() == {"compiler"}
+            assert "compiler" in sink.teams()
     finally:
         stop.set()
         fleet.join(timeout=30)
