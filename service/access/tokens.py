@@ -171,11 +171,11 @@ class TokenStore:
     still takes effect within the TTL, since the entry expires whatever the refresh did.
     When an entry expired all the same (a token idle for a while), the requests that find
     it so share one query (`_load`). Without either, every request of a busy token that
-    came in between its entry's expiry and the first lookup's answer went to a worker
-    thread and asked the database itself: a hundred queries at once for a token with a
-    hundred trainers posting, every TTL, which held other tokens' requests for 0.3-1.5 s
-    in `bench/small_writers.py`'s fairness case. The last-use flush is started in the
-    background by a request too, for the same reason."""
+    comes in between its entry's expiry and the first lookup's answer would go to a worker
+    thread and ask the database itself: a hundred queries at once for a token with a
+    hundred trainers posting, every TTL, while other tokens' requests wait behind them
+    (docs/performance.md, "Many small writers", round 5). The last-use flush is started in
+    the background by a request too, for the same reason."""
 
     MAX_ENTRIES = 10_000
     REFRESH_AFTER = 2 / 3  # of the TTL
