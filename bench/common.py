@@ -39,6 +39,15 @@ def spread(values: Sequence[float], digits: int = 3) -> dict[str, float]:
             "runs": len(values)}
 
 
+def nearest_rank(values: Sequence[float], q: float) -> float:
+    """The `q` quantile of `values` by nearest rank (a latency that was measured, not an
+    interpolation); NaN for none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
 def fmt(s: dict[str, float], unit: str = "", digits: int = 1) -> str:
     return f"{s['median']:.{digits}f}{unit} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 

@@ -38,7 +38,7 @@ import orjson
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from .common import ADMIN_TOKEN, Postgres, ett_serve, record, writer_token
+from .common import ADMIN_TOKEN, Postgres, ett_serve, nearest_rank, record, writer_token
 
 NAME = "loop_stall"
 TARGET_MS = 100.0
@@ -122,10 +122,7 @@ def _probe(stop: threading.Event, out: list[float], send: Callable[[httpx.Client
 
 
 def _quantile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+    return round(nearest_rank(values, q), 1)
 
 
 def _one_route(base: str, writer: str, make: Callable[[], tuple[str, dict[str, str], bytes]],

@@ -44,6 +44,7 @@ from .common import (
     ett_serve,
     free_port,
     libpq_url,
+    nearest_rank,
     record,
     run_json,
     spread,
@@ -105,11 +106,6 @@ def _parts_p99(out: dict[str, Any]) -> str:
     return ", ".join(f"{name} {part['p99']:.0f} ms" for name, part in parts.items())
 
 
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(len(s) * q))] if s else float("nan")
-
-
 def _closed(srv: Serve, meter: CpuMeter, clients: int, seconds: float, events: int,
             fleet: str) -> dict[str, float]:
     load = _load()
@@ -123,7 +119,7 @@ def _closed(srv: Serve, meter: CpuMeter, clients: int, seconds: float, events: i
             "api_ms": round(cpu["api"] / ok * 1e3, 4),
             "pg_ms": round(cpu["postgres"] / ok * 1e3, 4),
             "loadgen_ms": round(out["cpu_s"] / ok * 1e3, 4), "errors_by_kind": out["errors"],
-            "p99_ms": round(_pct(out["latencies_ms"][0], 0.99), 1), "load_1m": load}
+            "p99_ms": round(nearest_rank(out["latencies_ms"][0], 0.99), 1), "load_1m": load}
 
 
 def _open(srv: Serve, tokens: list[str], weights: list[float], clients: int, rate: float,
@@ -202,12 +198,12 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
             at80 = _open(ett, [ADMIN_TOKEN], [1.0], clients, 0.8 * rate, seconds, events,
                          fleet)
             lat80 = at80["latencies_ms"][0]
-            p99 = _pct(lat80, 0.99)
+            p99 = nearest_rank(lat80, 0.99)
             errors80 = sum(at80["errors"].values())
             figures[f"events_{events}"] = {
                 "windows": windows, "ratio": spread(ratios),
                 "at_80pct": {"rate": round(0.8 * rate, 1), "p99_ms": round(p99, 1),
-                             "p50_ms": round(_pct(lat80, 0.5), 1), "errors": errors80,
+                             "p50_ms": round(nearest_rank(lat80, 0.5), 1), "errors": errors80,
                              "parts_ms": at80.get("parts_ms"),
                              "load_1m": at80["load_1m"]}}
             errors = sum(w["errors"] for ws in windows.values() for w in ws)
@@ -247,8 +243,8 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
         _checkpoint(url_ett)
         fair = _open(ett, tokens, [1.0] * 10, clients, share * 19, seconds, 1, "fair",
                      rates=[10.0] + [1.0] * 9)
-        others = [_pct(lat, 0.99) for lat in fair["latencies_ms"][1:]]
-        hog_p99 = _pct(fair["latencies_ms"][0], 0.99)
+        others = [nearest_rank(lat, 0.99) for lat in fair["latencies_ms"][1:]]
+        hog_p99 = nearest_rank(fair["latencies_ms"][0], 0.99)
         # Where the others' latency went: each part's largest p99 among them.
         by_token = fair.get("parts_ms_by_token") or []
         others_parts = {part: max(t[part]["p99"] for t in by_token[1:] if part in t)

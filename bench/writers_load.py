@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from .common import nearest_rank
 from .loadgen import Conn
 
 
@@ -208,13 +209,13 @@ def _parts(of: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:
     for name in PARTS:
         values = [v for parts in of for v in parts[name]]
         if values:
-            out[name] = {"p50": _quantile(values, 0.5), "p99": _quantile(values, 0.99)}
+            out[name] = {"p50": _ms(nearest_rank(values, 0.5)),
+                         "p99": _ms(nearest_rank(values, 0.99))}
     return out
 
 
-def _quantile(seconds: list[float], q: float) -> float:
-    ordered = sorted(seconds)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000, 2)
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
 
 
 def main() -> None:

@@ -190,9 +190,9 @@ class TokenStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: dict[str, _Cached] = {}
-        # The query under way for a digest, which other lookups of it wait for.
+        # The query under way for a digest (a background refresh's too), which other
+        # lookups of it wait for.
         self._loading: dict[str, Future[_Cached]] = {}
-        self._refreshing: set[str] = set()
         self._uses: dict[str, datetime] = {}
         self._last_flush = clock()
         self._flushing = False
@@ -221,6 +221,11 @@ class TokenStore:
                 pending = self._loading[digest] = Future()
         if not mine:
             return pending.result()
+        return self._fill(token, digest, pending)
+
+    def _fill(self, token: str, digest: str, pending: Future[_Cached]) -> _Cached:
+        """Run the query `pending` stands for (claimed in `_loading` by the caller), cache
+        its answer and hand it, or its error, to every lookup waiting on it."""
         try:
             now = self._clock()
             with db_unavailable("cannot check the token"), self._engine.connect() as conn:
@@ -247,31 +252,34 @@ class TokenStore:
         token's next lookup or the due last-use flush in a background thread."""
         digest = hash_token(token)
         now = self._clock()
-        refresh = flush = False
+        refresh: Future[_Cached] | None = None
         with self._lock:
             hit = self._cache.get(digest)
             if hit is None or hit.expires <= now or hit.principal is None:
                 return None
-            if now >= hit.refresh_after and digest not in self._refreshing:
-                self._refreshing.add(digest)
-                refresh = True
-            if not self._flushing and now - self._last_flush >= self._flush_every:
-                self._flushing = flush = True
+            if now >= hit.refresh_after and digest not in self._loading:
+                refresh = self._loading[digest] = Future()
             self._uses[hit.principal.token_id] = datetime.now(UTC)
-        if refresh:
-            _in_background(self._refresh, token, digest)
+            flush = self._take_flush(now)
+        if refresh is not None:
+            _in_background(self._refresh, token, digest, refresh)
         if flush:
             _in_background(self._flush_due)
         return hit.principal
 
-    def _refresh(self, token: str, digest: str) -> None:
+    def _refresh(self, token: str, digest: str, pending: Future[_Cached]) -> None:
         try:
-            self._load(token, digest)
+            self._fill(token, digest, pending)
         except Exception as exc:  # the entry expires; the request that finds it reports it
             log.debug("tokens: background lookup failed: %s", exc)
-        finally:
-            with self._lock:
-                self._refreshing.discard(digest)
+
+    def _take_flush(self, now: float) -> bool:
+        """Whether a last-use write is due, and if so it is the caller's to run (call with
+        the lock held)."""
+        if self._flushing or now - self._last_flush < self._flush_every or not self._uses:
+            return False
+        self._flushing = True
+        return True
 
     def _flush_due(self) -> None:
         try:
@@ -283,10 +291,9 @@ class TokenStore:
 
     def _maybe_flush(self, now: float) -> None:
         with self._lock:
-            if self._flushing or now - self._last_flush < self._flush_every or not self._uses:
-                return
-            self._flushing = True
-        self._flush_due()
+            due = self._take_flush(now)
+        if due:
+            self._flush_due()
 
     def flush_last_used(self) -> int:
         """Write the pending last-use times; on a database error keep them for next time."""

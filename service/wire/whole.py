@@ -135,11 +135,16 @@ def _attrs_text(attrs: dict[str, Any], etype: str) -> str:
         assert text is not None
     else:
         dumped = orjson.dumps(attrs)  # TypeError: an integer beyond 64 bits
-        if (len(dumped) > MAX_ATTRS_BYTES or b"\\u0000" in dumped
-                or dumped.count(b"{") + dumped.count(b"[") > MAX_ATTRS_DEPTH):
+        if _over_limits(dumped):
             raise WireError("attrs")
         text = dumped.decode()
     return text
+
+
+def _over_limits(dumped: bytes) -> bool:
+    """Whether attrs' JSON text is too large, nested too deep or holds a NUL."""
+    return (len(dumped) > MAX_ATTRS_BYTES or b"\\u0000" in dumped
+            or dumped.count(b"{") + dumped.count(b"[") > MAX_ATTRS_DEPTH)
 
 
 def _attrs_texts(raw_attrs: list[dict[str, Any] | None], types: list[str]
@@ -153,14 +158,10 @@ def _attrs_texts(raw_attrs: list[dict[str, Any] | None], types: list[str]
                 for a, etype in zip(raw_attrs, types, strict=True)]
     dumped = [None if a is None else orjson.dumps(a) for a in raw_attrs]  # TypeError: big int
     present = [d for d in dumped if d is not None]
-    joined = b"".join(present)  # each is an object's text: no escape spans two of them
-    if b"\\u0000" in joined:
+    # Each is an object's text, so no escape spans two of them, and a total within the
+    # limits bounds every part.
+    if _over_limits(b"".join(present)) and any(map(_over_limits, present)):
         raise WireError("attrs")
-    if len(joined) > MAX_ATTRS_BYTES or (
-            joined.count(b"{") + joined.count(b"[") > MAX_ATTRS_DEPTH):
-        for one in present:
-            if len(one) > MAX_ATTRS_BYTES or one.count(b"{") + one.count(b"[") > MAX_ATTRS_DEPTH:
-                raise WireError("attrs")
     return [None if d is None else d.decode() for d in dumped]
 
 

@@ -3,6 +3,7 @@ ingest window, posting them with a token."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,3 +38,11 @@ def stored_models(engine) -> list[str]:
 
 def post(client, headers, events):
     return client.post("/v1/events", json={"events": events}, headers=auth(headers))
+
+
+def until(condition, what: str, seconds: float = 10.0) -> None:
+    """Wait until `condition()` holds (work a request started in the background)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.01)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +12,7 @@ from service.access import tokens
 from service.api.app import create_app
 from service.api.context import build_context
 from service.settings import Settings
-from tests.access.access_helpers import auth, event, post, stored_models, token
+from tests.access.access_helpers import auth, event, post, stored_models, token, until
 from tests.conftest import ADMIN_TOKEN
 from tests.factories import FakeClock
 
@@ -118,10 +117,7 @@ def test_last_use_reaches_the_database_after_the_flush_interval(make_client, db_
         with db_engine.connect() as conn:
             return conn.execute(text("SELECT last_used_at FROM api_tokens")).scalar() is not None
 
-    deadline = time.monotonic() + 10
-    while not written():
-        assert time.monotonic() < deadline, "last use not written"
-        time.sleep(0.02)
+    until(written, "the last-use write")
 
 
 def test_probes_and_metrics_are_open_by_default_and_metrics_can_require_a_token(

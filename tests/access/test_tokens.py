@@ -13,6 +13,7 @@ from service.access import tokens
 from service.cli import main
 from service.errors import Unavailable
 from service.store.engine import make_engine
+from tests.access.access_helpers import until
 from tests.factories import FakeClock
 
 
@@ -74,11 +75,19 @@ def _queries(engine) -> tuple[list[str], object]:
     return seen, count
 
 
-def _until(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not within the deadline"
-        time.sleep(0.01)
+def _all_at_once(n: int, work) -> None:
+    """`work` in `n` threads released together; returns once every one has ended."""
+    start = threading.Barrier(n)
+
+    def one() -> None:
+        start.wait()
+        work()
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def test_a_token_in_use_is_looked_up_again_in_the_background_before_it_expires(
@@ -94,7 +103,7 @@ def test_a_token_in_use_is_looked_up_again_in_the_background_before_it_expires(
         assert len(seen) == 1  # not yet due
         clock.now += 0.2  # two thirds of the TTL: the next lookup starts, the answer stays
         assert store.peek(secret) is not None
-        _until(lambda: len(seen) == 2)
+        until(lambda: len(seen) == 2, "the background lookup")
         assert store.peek(secret) is not None
         clock.now += 1.5  # past the first entry's expiry, within the refreshed one's
         assert store.peek(secret) is not None
@@ -112,7 +121,7 @@ def test_a_revocation_reaches_a_token_in_use_within_the_ttl(db_engine) -> None:
         tokens.revoke_token(conn, info.token_id)
     clock.now += 2.5
     assert store.peek(secret) is not None  # the cached answer, while the refresh runs
-    _until(lambda: store.peek(secret) is None)
+    until(lambda: store.peek(secret) is None, "the revocation")
     assert store.lookup(secret) is None
 
 
@@ -126,19 +135,9 @@ def test_lookups_of_an_expired_token_share_one_query(db_engine) -> None:
             time.sleep(0.3)  # long enough for every thread to find it under way
 
     event.listen(db_engine, "before_cursor_execute", slow)
-    start = threading.Barrier(20)
     answers: list[object] = []
-
-    def one() -> None:
-        start.wait()
-        answers.append(store.lookup(secret))
-
     try:
-        threads = [threading.Thread(target=one) for _ in range(20)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _all_at_once(20, lambda: answers.append(store.lookup(secret)))
     finally:
         event.remove(db_engine, "before_cursor_execute", slow)
         event.remove(db_engine, "before_cursor_execute", listener)
@@ -158,11 +157,7 @@ def test_a_failed_lookup_reaches_every_request_that_waited_for_it() -> None:
             errors.append(exc)
 
     try:
-        threads = [threading.Thread(target=one) for _ in range(5)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _all_at_once(5, one)
     finally:
         engine.dispose()
     assert len(errors) == 5
