@@ -134,13 +134,15 @@ def revoke_token(conn: Connection, token_id: str) -> TokenInfo | None:
     return None if row is None else _info(row)
 
 
-def find_active(conn: Connection, token: str) -> TokenInfo | None:
-    row = conn.execute(
-        text(f"SELECT {_COLUMNS} FROM api_tokens WHERE secret_sha256 = :h"
-             " AND revoked_at IS NULL"),
-        {"h": hash_token(token)},
-    ).one_or_none()
-    return None if row is None else _info(row)
+def find_active_by_digest(conn: Connection, digests: Sequence[str]) -> dict[str, TokenInfo]:
+    """The active tokens among `digests` (SHA-256 hex of whole tokens), by digest; a digest
+    missing from the answer is unknown or revoked."""
+    rows = conn.execute(
+        text(f"SELECT secret_sha256, {_COLUMNS} FROM api_tokens"
+             " WHERE secret_sha256 = ANY(CAST(:hs AS text[])) AND revoked_at IS NULL"),
+        {"hs": list(digests)},
+    )
+    return {str(row[0]): _info(row[1:]) for row in rows}
 
 
 def record_last_used(conn: Connection, uses: dict[str, datetime]) -> None:
@@ -161,14 +163,19 @@ class _Cached:
     principal: Principal | None  # None: unknown or revoked (cached too, so bad tokens are cheap)
     expires: float
     refresh_after: float  # a lookup answered from here on starts the next one in the background
+    used: bool = False  # answered from the cache since it was filled (the token is in use)
 
 
 class TokenStore:
     """Token lookups for the API: a short-TTL cache in front of `api_tokens`.
 
-    A token in use is looked up again in the background once two thirds of its entry's
-    TTL have passed (`peek`), so its requests keep being answered on the loop; a revocation
-    still takes effect within the TTL, since the entry expires whatever the refresh did.
+    The tokens in use are looked up again in the background once two thirds of an entry's
+    TTL have passed (`peek`), so their requests keep being answered on the loop; a
+    revocation still takes effect within the TTL, since the entry expires whatever the
+    refresh did. One query refreshes every token in use whose entry is past a third of its
+    TTL (`_refresh_in_use`), so the tokens' refreshes fall into step: a fleet posting
+    through hundreds of tokens costs one query per cycle, not a thread and a query per
+    token (docs/performance.md, "Many small writers", round 6).
     When an entry expired all the same (a token idle for a while), the requests that find
     it so share one query (`_load`). Without either, every request of a busy token that
     comes in between its entry's expiry and the first lookup's answer would go to a worker
@@ -196,6 +203,7 @@ class TokenStore:
         self._uses: dict[str, datetime] = {}
         self._last_flush = clock()
         self._flushing = False
+        self._refreshing = False  # a refresh of the tokens in use is under way
 
     def lookup(self, token: str) -> Principal | None:
         """The token's principal, None if unknown or revoked; Unavailable if the DB is down."""
@@ -204,14 +212,14 @@ class TokenStore:
         with self._lock:
             hit = self._cache.get(digest)
         if hit is None or hit.expires <= now:
-            hit = self._load(token, digest)
+            hit = self._load(digest)
         if hit.principal is not None:
             with self._lock:
                 self._uses[hit.principal.token_id] = datetime.now(UTC)
         self._maybe_flush(now)
         return hit.principal
 
-    def _load(self, token: str, digest: str) -> _Cached:
+    def _load(self, digest: str) -> _Cached:
         """Ask the database and cache the answer; a query for the same digest already
         under way is waited for instead (its answer or its error)."""
         with self._lock:
@@ -219,59 +227,77 @@ class TokenStore:
             mine = pending is None
             if pending is None:
                 pending = self._loading[digest] = Future()
-        if not mine:
-            return pending.result()
-        return self._fill(token, digest, pending)
-
-    def _fill(self, token: str, digest: str, pending: Future[_Cached]) -> _Cached:
-        """Run the query `pending` stands for (claimed in `_loading` by the caller), cache
-        its answer and hand it, or its error, to every lookup waiting on it."""
-        try:
-            now = self._clock()
-            with db_unavailable("cannot check the token"), self._engine.connect() as conn:
-                info = find_active(conn, token)
-            hit = _Cached(info.principal() if info else None, now + self._ttl,
-                          now + self._ttl * self.REFRESH_AFTER)
-            with self._lock:
-                if len(self._cache) >= self.MAX_ENTRIES:
-                    self._cache.clear()
-                self._cache[digest] = hit
-            pending.set_result(hit)
-            return hit
-        except BaseException as exc:
-            pending.set_exception(exc)
-            raise
-        finally:
-            with self._lock:
-                del self._loading[digest]
+        if mine:
+            self._fill({digest: pending})
+        return pending.result()
 
     def peek(self, token: str) -> Principal | None:
         """`lookup()`'s answer for a cached valid token, without the database; else None
         (not cached, expired, or cached as invalid), and the caller then calls `lookup()`
         off the event loop. A hit records the use just as `lookup()` does, and starts the
-        token's next lookup or the due last-use flush in a background thread."""
+        refresh of the tokens in use or the due last-use flush in a background thread."""
         digest = hash_token(token)
         now = self._clock()
-        refresh: Future[_Cached] | None = None
         with self._lock:
             hit = self._cache.get(digest)
             if hit is None or hit.expires <= now or hit.principal is None:
                 return None
-            if now >= hit.refresh_after and digest not in self._loading:
-                refresh = self._loading[digest] = Future()
+            hit.used = True
+            refresh = now >= hit.refresh_after and not self._refreshing
+            if refresh:
+                self._refreshing = True
             self._uses[hit.principal.token_id] = datetime.now(UTC)
             flush = self._take_flush(now)
-        if refresh is not None:
-            _in_background(self._refresh, token, digest, refresh)
+        if refresh:
+            _in_background(self._refresh_in_use)
         if flush:
             _in_background(self._flush_due)
         return hit.principal
 
-    def _refresh(self, token: str, digest: str, pending: Future[_Cached]) -> None:
+    def _refresh_in_use(self) -> None:
+        """Look up again, in one query, every token answered from the cache whose entry is
+        past a third of its TTL (and not being looked up already)."""
         try:
-            self._fill(token, digest, pending)
-        except Exception as exc:  # the entry expires; the request that finds it reports it
+            with self._lock:
+                filled_before = self._clock() - self._ttl * (1 - self.REFRESH_AFTER)
+                batch: dict[str, Future[_Cached]] = {
+                    digest: Future() for digest, hit in self._cache.items()
+                    if hit.used and hit.principal is not None and digest not in self._loading
+                    and hit.expires - self._ttl <= filled_before}
+                self._loading.update(batch)
+            if batch:
+                self._fill(batch)
+        except Exception as exc:  # the entries expire; the requests that find them report it
             log.debug("tokens: background lookup failed: %s", exc)
+        finally:
+            with self._lock:
+                self._refreshing = False
+
+    def _fill(self, batch: dict[str, Future[_Cached]]) -> None:
+        """Run the query the futures of `batch` stand for (each claimed in `_loading` by
+        the caller), cache its answers and hand each, or the error, to every lookup waiting
+        on it."""
+        try:
+            now = self._clock()
+            with db_unavailable("cannot check the tokens"), self._engine.connect() as conn:
+                found = find_active_by_digest(conn, list(batch))
+            hits = {digest: _Cached(found[digest].principal() if digest in found else None,
+                                    now + self._ttl, now + self._ttl * self.REFRESH_AFTER)
+                    for digest in batch}
+            with self._lock:
+                if len(self._cache) + len(hits) > self.MAX_ENTRIES:
+                    self._cache.clear()
+                self._cache.update(hits)
+            for digest, pending in batch.items():
+                pending.set_result(hits[digest])
+        except BaseException as exc:
+            for pending in batch.values():
+                pending.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                for digest in batch:
+                    del self._loading[digest]
 
     def _take_flush(self, now: float) -> bool:
         """Whether a last-use write is due, and if so it is the caller's to run (call with

@@ -112,6 +112,35 @@ def test_a_token_in_use_is_looked_up_again_in_the_background_before_it_expires(
         event.remove(db_engine, "before_cursor_execute", listener)
 
 
+def test_the_tokens_in_use_are_looked_up_again_together_and_an_idle_one_is_left_to_expire(
+        db_engine) -> None:
+    secrets = [create(db_engine, team=f"team{i}")[1] for i in range(5)]
+    revoked, revoked_secret = create(db_engine, team="gone")
+    clock = FakeClock()
+    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    for secret in [*secrets, revoked_secret]:
+        assert store.lookup(secret) is not None
+    clock.now += 1.5  # one token filled later: not past a third of its TTL when the others refresh
+    assert store.lookup(late := create(db_engine, team="late")[1]) is not None
+    with db_engine.begin() as conn:
+        tokens.revoke_token(conn, revoked.token_id)
+    seen, listener = _queries(db_engine)
+    try:
+        clock.now += 0.4  # the first six are past a third of their TTL, not yet due
+        for secret in [*secrets[1:], revoked_secret]:  # secrets[0] goes idle
+            assert store.peek(secret) is not None
+        clock.now += 0.1  # two thirds of the first six's TTL: the next peek starts it
+        assert store.peek(late) is not None  # `late` is only a third through: not due
+        assert store.peek(secrets[1]) is not None
+        until(lambda: store.peek(revoked_secret) is None, "the revocation")
+        assert len(seen) == 1  # one query for every token in use that was due
+        clock.now += 1.0  # past the first entries' expiry, within the refreshed ones'
+        assert all(store.peek(secret) is not None for secret in secrets[1:])
+        assert store.peek(secrets[0]) is None  # idle: not refreshed, expired
+    finally:
+        event.remove(db_engine, "before_cursor_execute", listener)
+
+
 def test_a_revocation_reaches_a_token_in_use_within_the_ttl(db_engine) -> None:
     info, secret = create(db_engine)
     clock = FakeClock()
