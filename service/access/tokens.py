@@ -285,7 +285,7 @@ class TokenStore:
                                     now + self._ttl, now + self._ttl * self.REFRESH_AFTER)
                     for digest in batch}
             with self._lock:
-                if len(self._cache) + len(hits) > self.MAX_ENTRIES:
+                if len(self._cache) + len(hits.keys() - self._cache.keys()) > self.MAX_ENTRIES:
                     self._cache.clear()
                 self._cache.update(hits)
             for digest, pending in batch.items():

@@ -141,6 +141,29 @@ def test_the_tokens_in_use_are_looked_up_again_together_and_an_idle_one_is_left_
         event.remove(db_engine, "before_cursor_execute", listener)
 
 
+def test_the_bound_on_entries_counts_new_tokens_not_refreshed_ones(db_engine) -> None:
+    secrets = [create(db_engine, team=f"team{i}")[1] for i in range(3)]
+    clock = FakeClock()
+    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    store.MAX_ENTRIES = 3
+    for secret in secrets:
+        assert store.lookup(secret) is not None
+    seen, listener = _queries(db_engine)
+    try:
+        clock.now += 1.5  # in use, not yet due
+        for secret in secrets:
+            assert store.peek(secret) is not None
+        clock.now += 0.6
+        assert store.peek(secrets[0]) is not None  # due: the refresh of all three starts
+        until(lambda: len(seen) == 1 and not store._refreshing, "the refresh")
+        clock.now += 1.0  # past the first entries' expiry: only the refreshed ones answer
+        assert all(store.peek(secret) is not None for secret in secrets)
+        assert store.lookup(create(db_engine, team="fourth")[1]) is not None
+        assert all(store.peek(secret) is None for secret in secrets)  # the bound: cleared
+    finally:
+        event.remove(db_engine, "before_cursor_execute", listener)
+
+
 def test_a_revocation_reaches_a_token_in_use_within_the_ttl(db_engine) -> None:
     info, secret = create(db_engine)
     clock = FakeClock()
