@@ -162,7 +162,6 @@ def record_last_used(conn: Connection, uses: dict[str, datetime]) -> None:
 class _Cached:
     principal: Principal | None  # None: unknown or revoked (cached too, so bad tokens are cheap)
     expires: float
-    refresh_after: float  # a lookup answered from here on starts the next one in the background
     used: bool = False  # answered from the cache since it was filled (the token is in use)
 
 
@@ -185,7 +184,9 @@ class TokenStore:
     the background by a request too, for the same reason."""
 
     MAX_ENTRIES = 10_000
-    REFRESH_AFTER = 2 / 3  # of the TTL
+    # Shares of the TTL still left on an entry: a hit with DUE_LEFT or less left starts the
+    # refresh, and every entry in use with JOIN_LEFT or less left is refreshed with it.
+    DUE_LEFT, JOIN_LEFT = 1 / 3, 2 / 3
 
     def __init__(self, engine: Engine, *,
                  cache_ttl_s: float = default("token_cache_ttl_s"),
@@ -243,7 +244,7 @@ class TokenStore:
             if hit is None or hit.expires <= now or hit.principal is None:
                 return None
             hit.used = True
-            refresh = now >= hit.refresh_after and not self._refreshing
+            refresh = hit.expires - now <= self._ttl * self.DUE_LEFT and not self._refreshing
             if refresh:
                 self._refreshing = True
             self._uses[hit.principal.token_id] = datetime.now(UTC)
@@ -259,11 +260,11 @@ class TokenStore:
         past a third of its TTL (and not being looked up already)."""
         try:
             with self._lock:
-                filled_before = self._clock() - self._ttl * (1 - self.REFRESH_AFTER)
+                joins_by = self._clock() + self._ttl * self.JOIN_LEFT
                 batch: dict[str, Future[_Cached]] = {
                     digest: Future() for digest, hit in self._cache.items()
                     if hit.used and hit.principal is not None and digest not in self._loading
-                    and hit.expires - self._ttl <= filled_before}
+                    and hit.expires <= joins_by}
                 self._loading.update(batch)
             if batch:
                 self._fill(batch)
@@ -282,8 +283,7 @@ class TokenStore:
             with db_unavailable("cannot check the tokens"), self._engine.connect() as conn:
                 found = find_active_by_digest(conn, list(batch))
             hits = {digest: _Cached(found[digest].principal() if digest in found else None,
-                                    now + self._ttl, now + self._ttl * self.REFRESH_AFTER)
-                    for digest in batch}
+                                    now + self._ttl) for digest in batch}
             with self._lock:
                 if len(self._cache) + len(hits.keys() - self._cache.keys()) > self.MAX_ENTRIES:
                     self._cache.clear()
@@ -339,7 +339,7 @@ class TokenStore:
         return len(uses)
 
 
-def _in_background(work: Callable[..., object], *args: object) -> None:
-    # A thread per refresh or flush: one per busy token per TTL, one per flush interval;
+def _in_background(work: Callable[[], object]) -> None:
+    # A thread per refresh or flush: at most one per refresh cycle, one per flush interval;
     # a daemon, since a lookup or a last-use write is not worth holding the exit for.
-    threading.Thread(target=work, args=args, name="ett-token-store", daemon=True).start()
+    threading.Thread(target=work, name="ett-token-store", daemon=True).start()

@@ -22,6 +22,17 @@ def create(engine, role="writer", team="ads", patterns=("ads_*",)):
         return tokens.create_token(conn, role, team, patterns)
 
 
+def clocked_store(engine) -> tuple[tokens.TokenStore, FakeClock]:
+    """A store with a 3 s TTL on a clock the test moves."""
+    clock = FakeClock()
+    return tokens.TokenStore(engine, cache_ttl_s=3.0, clock=clock), clock
+
+
+def revoke(engine, token_id: str) -> tokens.TokenInfo | None:
+    with engine.begin() as conn:
+        return tokens.revoke_token(conn, token_id)
+
+
 def test_only_a_sha256_of_the_token_is_stored(db_engine) -> None:
     info, secret = create(db_engine)
     assert secret.startswith(f"ett_{info.token_id}_")
@@ -52,11 +63,9 @@ def test_a_lookup_gives_the_principal_and_unknown_tokens_give_none(db_engine) ->
 
 def test_a_revoked_token_is_refused_once_the_cache_entry_expires(db_engine) -> None:
     info, secret = create(db_engine)
-    clock = FakeClock()
-    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    store, clock = clocked_store(db_engine)
     assert store.lookup(secret) is not None
-    with db_engine.begin() as conn:
-        assert tokens.revoke_token(conn, info.token_id).revoked_at is not None
+    assert revoke(db_engine, info.token_id).revoked_at is not None
     clock.now += 2.9
     assert store.lookup(secret) is not None  # still cached: the documented delay
     clock.now += 0.2
@@ -93,8 +102,7 @@ def _all_at_once(n: int, work) -> None:
 def test_a_token_in_use_is_looked_up_again_in_the_background_before_it_expires(
         db_engine) -> None:
     _, secret = create(db_engine)
-    clock = FakeClock()
-    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    store, clock = clocked_store(db_engine)
     seen, listener = _queries(db_engine)
     try:
         assert store.lookup(secret) is not None
@@ -116,14 +124,12 @@ def test_the_tokens_in_use_are_looked_up_again_together_and_an_idle_one_is_left_
         db_engine) -> None:
     secrets = [create(db_engine, team=f"team{i}")[1] for i in range(5)]
     revoked, revoked_secret = create(db_engine, team="gone")
-    clock = FakeClock()
-    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    store, clock = clocked_store(db_engine)
     for secret in [*secrets, revoked_secret]:
         assert store.lookup(secret) is not None
     clock.now += 1.5  # one token filled later: not past a third of its TTL when the others refresh
     assert store.lookup(late := create(db_engine, team="late")[1]) is not None
-    with db_engine.begin() as conn:
-        tokens.revoke_token(conn, revoked.token_id)
+    revoke(db_engine, revoked.token_id)
     seen, listener = _queries(db_engine)
     try:
         clock.now += 0.4  # the first six are past a third of their TTL, not yet due
@@ -143,8 +149,7 @@ def test_the_tokens_in_use_are_looked_up_again_together_and_an_idle_one_is_left_
 
 def test_the_bound_on_entries_counts_new_tokens_not_refreshed_ones(db_engine) -> None:
     secrets = [create(db_engine, team=f"team{i}")[1] for i in range(3)]
-    clock = FakeClock()
-    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    store, clock = clocked_store(db_engine)
     store.MAX_ENTRIES = 3
     for secret in secrets:
         assert store.lookup(secret) is not None
@@ -166,11 +171,9 @@ def test_the_bound_on_entries_counts_new_tokens_not_refreshed_ones(db_engine) ->
 
 def test_a_revocation_reaches_a_token_in_use_within_the_ttl(db_engine) -> None:
     info, secret = create(db_engine)
-    clock = FakeClock()
-    store = tokens.TokenStore(db_engine, cache_ttl_s=3.0, clock=clock)
+    store, clock = clocked_store(db_engine)
     assert store.lookup(secret) is not None
-    with db_engine.begin() as conn:
-        tokens.revoke_token(conn, info.token_id)
+    revoke(db_engine, info.token_id)
     clock.now += 2.5
     assert store.peek(secret) is not None  # the cached answer, while the refresh runs
     until(lambda: store.peek(secret) is None, "the revocation")
