@@ -131,7 +131,7 @@ def window_rows(
 
     Read from the team rollups when neither the keys nor the filters name a model, else
     from the fleet's (`rollup` chooses): the same rows either way, since a team row exists
-    exactly when a fleet row it sums does (store/results.py, `apply_deltas`)."""
+    exactly when a fleet row it sums does (store/rollups.py)."""
     for key in keys:
         if key not in GROUP_COLUMNS:
             raise ValueError(f"cannot group by {key}")

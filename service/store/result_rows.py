@@ -15,7 +15,6 @@ wrote for the job last time and rewrite only what changed (`store.results.update
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,10 +25,8 @@ from sqlalchemy import Connection, text
 from ett_core import JobComputation, JobResult, Segment
 from ett_core.checkpoints import AttemptCheckpoints
 from ett_core.rollup import split_at_hours
-from ett_core.taxonomy import COMPONENTS, EFFECTIVE, UNREPORTED
 
 from . import copy_text as fmt
-from .tables import MODEL_FIGURES
 
 # hour_us, component, phase, owner
 RollupKey = tuple[int, str, str, str]
@@ -264,35 +261,3 @@ _UPDATE_CHECKPOINT_SUMS = (
     + " FROM unnest(" + ", ".join(f"CAST(:{n} AS {t}[])" for n, t in _CHECKPOINT_SUMS.items())
     + f") AS u({', '.join(_CHECKPOINT_SUMS)})"
     " WHERE c.job_id = u.job_id AND c.attempt = u.attempt")
-
-
-# --- the rollups that sum the fleet's label cells (store/results.py apply_deltas) ---------
-
-Cells = list[tuple[tuple[Any, ...], Sequence[int]]]  # (bucket, *labels), (settled, unsettled)
-
-
-def team_rows(cells: Cells) -> list[tuple[Any, ...]]:
-    """The fleet's label cells summed over models, those that moved."""
-    sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
-    for (at, _model, *labels), (settled, unsettled) in cells:
-        cell = sums[(at, *labels)]
-        cell[0] += settled
-        cell[1] += unsettled
-    return [(*key, s, u) for key, (s, u) in sums.items() if s or u]
-
-
-_FIGURE_OF = {c: i for i, c in enumerate(COMPONENTS)}
-_AT_RISK, _UNREPORTED = len(COMPONENTS), len(COMPONENTS) + 1
-
-
-def model_rows(cells: Cells) -> list[tuple[Any, ...]]:
-    """The fleet's label cells summed into each model's figures (`MODEL_FIGURES`)."""
-    sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * len(MODEL_FIGURES))
-    for (at, model, team, component, phase, _owner), (settled, unsettled) in cells:
-        figures = sums[(at, model, team)]
-        figures[_FIGURE_OF[component]] += settled + unsettled
-        if component == EFFECTIVE:
-            figures[_AT_RISK] += unsettled
-        if phase == UNREPORTED:
-            figures[_UNREPORTED] += settled + unsettled
-    return [(*key, *figures) for key, figures in sums.items() if any(figures)]

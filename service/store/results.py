@@ -1,13 +1,12 @@
-"""SQL for the aggregator: load events, replace job results, keep fleet rollups by delta.
+"""SQL for the aggregator: load events, replace job results (the shared rollups they move:
+`rollups`).
 
 Never commits: `service.aggregate` owns each transaction.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 from operator import itemgetter
@@ -19,26 +18,16 @@ from sqlalchemy import Connection, text
 
 from ett_core import Event
 from ett_core.events import ATTRS_READ, NO_ATTRS
-from ett_core.instants import HOUR_US, us_to_dt
+from ett_core.instants import us_to_dt
 from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
-from .result_rows import (
-    Cells,
-    JobRows,
-    RollupKey,
-    RowFormatter,
-    model_rows,
-    team_rows,
-)
-from .tables import MODEL_FIGURES, TEAM_COLUMNS
+from .result_rows import JobRows, RollupKey, RowFormatter
+from .rollups import Deltas
 
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).
 JOB_LOCK_CLASS = 0x455454  # "ETT"
-
-FleetKey = tuple[int, str, str, str, str, str]  # hour_us, model, team, component, phase, owner
-TotalKey = tuple[str, str, str, str]  # model, team, component, owner
 
 
 # For each chunk's transaction (`service.aggregate`):
@@ -227,31 +216,6 @@ def load_events(conn: Connection, job_ids: Sequence[str]) -> dict[str, list[Even
     return dict(stream_events(conn, job_ids))
 
 
-@dataclass
-class Deltas:
-    """Net change to the shared rollups from replacing a set of jobs."""
-
-    fleet: dict[FleetKey, list[int]]
-    totals: dict[TotalKey, int]
-
-    @classmethod
-    def empty(cls) -> Deltas:
-        return cls({}, {})
-
-    def add(self, hour_us: int, model: str, team: str, component: str, phase: str,
-            owner: str, settled: int, unsettled: int) -> None:
-        """Add GPU-microseconds (negative to take away) to one fleet cell and its total."""
-        key = (hour_us, model, team, component, phase, owner)
-        cell = self.fleet.get(key)
-        if cell is None:
-            self.fleet[key] = [settled, unsettled]
-        else:
-            cell[0] += settled
-            cell[1] += unsettled
-        total = (model, team, component, owner)
-        self.totals[total] = self.totals.get(total, 0) + settled
-
-
 # The old rollup rows come back from their DELETE, summed per fleet cell: one index scan
 # instead of a read and then a delete, and far fewer rows for Python to walk.
 _DELETE_ROLLUP = """
@@ -293,15 +257,15 @@ _ROLLUP_COLUMNS = ("job_id", "hour", "model", "team", "component", "phase", "own
 
 def insert_jobs(conn: Connection, jobs: Sequence[JobRows], formatter: RowFormatter,
                 deltas: Deltas) -> None:
-    """Insert every row of each job (its old rows already deleted); add them to the deltas."""
+    """Insert every row of each job (its old rows already deleted); the deltas add their
+    rollup rows (the database sums them, `rollups.apply_deltas`)."""
     attempts, segments, rollups = [], [], []
     for rows in jobs:
         attempts.extend(rows.attempt_lines.values())
         segments.extend(rows.segment_lines)
-        for key, values in rows.rollup.items():
-            rollups.append(formatter.rollup_line(rows, key))
-            _add(deltas, rows, key, values, 1)
+        rollups.extend(formatter.rollup_line(rows, key) for key in rows.rollup)
     _copy_all(conn, [r.job_line for r in jobs], attempts, segments, rollups)
+    deltas.inserted.extend(r.job_id for r in jobs)
 
 
 def update_jobs(conn: Connection, pairs: Sequence[tuple[JobRows, JobRows]],
@@ -389,85 +353,6 @@ def _copy_all(conn: Connection, jobs: list[str], attempts: list[str], segments: 
         fmt.copy_rows(cur, "attempts", _ATTEMPT_COLUMNS, attempts)
         fmt.copy_rows(cur, "segments", _SEGMENT_COLUMNS, segments)
         fmt.copy_rows(cur, "rollup_hourly", _ROLLUP_COLUMNS, rollups)
-
-
-def _bulk_add(conn: Connection, table: str, keys: dict[str, str], values: tuple[str, ...],
-              rows: list[tuple[Any, ...]]) -> None:
-    """Add `values` to the rows at `keys` (creating them), in key order.
-
-    Two aggregators touching the same rows lock them in the same order, so they queue
-    behind each other instead of deadlocking.
-    """
-    if not rows:
-        return
-    # The sums as NUMERIC, sent as decimal strings: a chunk's delta for one model-day can
-    # pass 2^64, beyond what JSON numbers carry exactly (and what orjson writes).
-    columns = {**keys, **dict.fromkeys(values, "numeric")}
-    names = list(columns)
-    k = len(keys)
-    payload = orjson.dumps([dict(zip(names, (*row[:k], *map(str, row[k:])), strict=True))
-                            for row in sorted(rows)])
-    key_list = ", ".join(keys)
-    conn.execute(
-        text(
-            f"INSERT INTO {table} AS t ({', '.join(names)}) SELECT {', '.join(names)}"
-            f" FROM json_to_recordset(CAST(:rows AS json))"
-            f" AS u({', '.join(f'{n} {t}' for n, t in columns.items())}) ORDER BY {key_list}"
-            f" ON CONFLICT ({key_list}) DO UPDATE SET "
-            + ", ".join(f"{v} = t.{v} + EXCLUDED.{v}" for v in values)
-        ),
-        {"rows": payload.decode()},
-    )
-
-
-_LABELS = {"model": "text", "team": "text", "component": "text", "phase": "text",
-           "owner": "text"}
-_TEAM_LABELS = {label: "text" for label in TEAM_COLUMNS}
-_GPU_US = ("settled_gpu_us", "unsettled_gpu_us")
-DAY_US = 24 * HOUR_US
-WEEK_US = 7 * DAY_US
-# The Unix epoch was a Thursday: weeks start on Mondays, 3 days before it.
-_MONDAY_US = 3 * DAY_US
-
-
-def week_start_us(at_us: int) -> int:
-    """Monday 00:00 UTC of the week holding `at_us` (what date_trunc('week') gives)."""
-    return at_us - (at_us + _MONDAY_US) % WEEK_US
-
-
-def apply_deltas(conn: Connection, deltas: Deltas) -> None:
-    """Add the net deltas of the replaced jobs to the shared rollups.
-
-    A row of a rollup that sums the fleet's label rows (the team and model ones) is written
-    when its delta is not zero, as the fleet's rows are: it then exists exactly when one of
-    the fleet rows it sums does (a zero sum means one of them fell, so it existed), and a
-    window read from it lists the same groups as one read from the fleet's rows."""
-    hours: Cells = []
-    daily: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
-    weekly: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0])
-    for (hour, *labels), (settled, unsettled) in deltas.fleet.items():
-        if settled or unsettled:
-            hours.append(((us_to_dt(hour), *labels), (settled, unsettled)))
-            for cell in (daily[(hour - hour % DAY_US, *labels)],
-                         weekly[(week_start_us(hour), *labels)]):
-                cell[0] += settled
-                cell[1] += unsettled
-    days, weeks = ([((us_to_dt(at), *labels), cell) for (at, *labels), cell in cells.items()
-                    if cell[0] or cell[1]] for cells in (daily, weekly))
-    for level, column, moved in (("hourly", "hour", hours), ("daily", "day", days),
-                                 ("weekly", "week", weeks)):
-        bucket = {column: "timestamptz"}
-        _bulk_add(conn, f"fleet_{level}", {**bucket, **_LABELS}, _GPU_US,
-                  [(*key, *cell) for key, cell in moved])
-        if level != "weekly":  # a team's weeks are read as days: 7 x 100 rows
-            _bulk_add(conn, f"team_{level}", {**bucket, **_TEAM_LABELS}, _GPU_US,
-                      team_rows(moved))
-        _bulk_add(conn, f"model_{level}", {**bucket, "model": "text", "team": "text"},
-                  MODEL_FIGURES, model_rows(moved))
-    totals = [(*k, v) for k, v in deltas.totals.items() if v]
-    _bulk_add(conn, "settled_totals",
-              {"model": "text", "team": "text", "component": "text", "owner": "text"},
-              ("settled_gpu_us",), totals)
 
 
 def requeue(conn: Connection, firsts: Mapping[str, int]) -> None:

@@ -1,4 +1,5 @@
-"""The team and model rollups (migration 0014) hold exactly the fleet's label rows summed,
+"""The shared rollups hold exactly the rows they sum (the fleet's hours the jobs' rollup rows,
+its days its hours; the team and model rollups of migration 0014 its label rows),
 through passes, revisions and a recompute; and every read that moved to them answers
 exactly what the fleet's rows answer: `window_rows` without a model, `window_figures` by
 model and team (the windows by model, team or none, the models overview, the /metrics
@@ -78,7 +79,7 @@ def _fleet(api, agg) -> None:
 
 
 def _summed(conn) -> dict[str, list[tuple]]:
-    """The team and model rollups, and the same recomputed from the fleet's rows."""
+    """Each shared rollup, and the same recomputed from the rows it sums."""
     held = "settled_gpu_us + unsettled_gpu_us"
     figures = ", ".join([
         *(f"coalesce(sum({held}) FILTER (WHERE component = '{f.removesuffix('_gpu_us')}'), 0)"
@@ -97,13 +98,32 @@ def _summed(conn) -> dict[str, list[tuple]]:
             f"SELECT * FROM model_{level} ORDER BY 1, 2, 3",
             f"SELECT {column}, model, team, {figures} FROM fleet_{level} GROUP BY 1, 2, 3"
             " ORDER BY 1, 2, 3")
+    # The fleet's own levels: its hours are the jobs' rollup rows summed, its days its
+    # hours summed by UTC day, the settled totals the jobs' settled time (zero rows left
+    # by revisions aside: they have no job rows to sum).
+    sums = "sum(settled_gpu_us), sum(unsettled_gpu_us)"
+    moved = "HAVING sum(settled_gpu_us) <> 0 OR sum(unsettled_gpu_us) <> 0"
+    nonzero = "WHERE settled_gpu_us <> 0 OR unsettled_gpu_us <> 0"
+    out["fleet_hourly"] = (
+        f"SELECT * FROM fleet_hourly {nonzero} ORDER BY 1, 2, 3, 4, 5, 6",
+        f"SELECT hour, model, team, component, phase, owner, {sums} FROM rollup_hourly"
+        f" GROUP BY 1, 2, 3, 4, 5, 6 {moved} ORDER BY 1, 2, 3, 4, 5, 6")
+    out["fleet_daily"] = (
+        f"SELECT * FROM fleet_daily {nonzero} ORDER BY 1, 2, 3, 4, 5, 6",
+        f"SELECT date_trunc('day', hour, 'UTC'), model, team, component, phase, owner, {sums}"
+        f" FROM fleet_hourly GROUP BY 1, 2, 3, 4, 5, 6 {moved} ORDER BY 1, 2, 3, 4, 5, 6")
+    out["settled_totals"] = (
+        "SELECT * FROM settled_totals WHERE settled_gpu_us <> 0 ORDER BY 1, 2, 3, 4",
+        "SELECT model, team, component, owner, sum(settled_gpu_us) FROM rollup_hourly"
+        " GROUP BY 1, 2, 3, 4 HAVING sum(settled_gpu_us) <> 0 ORDER BY 1, 2, 3, 4")
     return {name: [[tuple(r) for r in conn.execute(text(sql))] for sql in pair]
             for name, pair in out.items()}
 
 
-def test_the_team_and_model_rollups_are_the_fleets_rows_summed(api, agg, db_engine) -> None:
-    """Every row, zero ones included: a summed row exists exactly when a fleet row it sums
-    does, through passes, revisions, and a recompute of everything."""
+def test_the_shared_rollups_are_the_rows_they_sum(api, agg, db_engine) -> None:
+    """The team and model rollups row for row, zero ones included (a summed row exists
+    exactly when a fleet row it sums does), the fleet's levels and totals as the jobs' rows
+    summed; through passes, revisions, and a recompute of everything."""
     _fleet(api, agg)
     with db_engine.connect() as conn:
         zeros = conn.execute(text(
