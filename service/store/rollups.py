@@ -4,8 +4,8 @@ to the settled totals.
 
 A chunk's delta has two sources. The rows of jobs stored whole (`Deltas.inserted`) are
 summed by the database from the `rollup_hourly` rows the chunk has just COPYed: on a
-first recompute that is every cell, and sending them back through Python as JSON cost
-about as much as the upserts themselves (docs/performance.md, aggregation round 9). The
+first recompute that is every cell, and summing them in Python to send each level as JSON
+cost a sixth of Python's time (docs/performance.md, aggregation round 9). The
 rest (the old rows of replaced jobs, the changed cells of a running job rewritten in part)
 arrives as Python's signed sums per fleet cell.
 
