@@ -33,9 +33,9 @@ from ett_core.resume import JobSnapshot, computation_of, resume_job, snapshot_jo
 from service.aggregation.chunks import chunk_events, chunked, due_events, first_instants, gc_paused
 from service.aggregation.running_job_cache import Entry, RunningJobCache
 from service.settings import Settings, default
-from service.store import impact, retention, rollups, state
+from service.store import impact, retention, state
 from service.store import results as store
-from service.store.result_rows import RowFormatter, replace_checkpoint_facts
+from service.store.result_rows import Deltas, RowFormatter, apply_deltas, replace_checkpoint_facts
 from service.store.retention import ensure_partitions_quietly
 from service.taxonomy import taxonomy_from
 
@@ -410,11 +410,11 @@ class Aggregator:
         partial = cached.keys() & rows.keys()
         updated = [(cached[j].rows, rows[j]) for j in jobs if j in partial]
         replaced = [j for j in jobs if j not in partial]
-        deltas = rollups.Deltas.empty()
+        deltas = Deltas.empty()
         store.delete_job_rows(conn, replaced, deltas)
         store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
         store.update_jobs(conn, updated, formatter, deltas)
-        rollups.apply_deltas(conn, deltas)
+        apply_deltas(conn, deltas)
         replace_checkpoint_facts(conn, replaced, comps, updated)
         labels.update(impact.replace_job_impact(conn, jobs, comps, labels))
 

@@ -131,7 +131,7 @@ def window_rows(
 
     Read from the team rollups when neither the keys nor the filters name a model, else
     from the fleet's (`rollup` chooses): the same rows either way, since a team row exists
-    exactly when a fleet row it sums does (store/rollups.py)."""
+    exactly when a fleet row it sums does (store/result_rows.py, `apply_deltas`)."""
     for key in keys:
         if key not in GROUP_COLUMNS:
             raise ValueError(f"cannot group by {key}")

@@ -1,5 +1,5 @@
 """SQL for the aggregator: load events, replace job results (the shared rollups they move:
-`rollups`).
+`result_rows.apply_deltas`).
 
 Never commits: `service.aggregate` owns each transaction.
 """
@@ -22,8 +22,7 @@ from ett_core.instants import us_to_dt
 from ett_core.stalls import STEP_ATTR
 
 from . import copy_text as fmt
-from .result_rows import JobRows, RollupKey, RowFormatter
-from .rollups import Deltas
+from .result_rows import Deltas, JobRows, RollupKey, RowFormatter
 
 # Advisory-lock namespace for "this job is being recomputed" (two-int form, so it can
 # never collide with the migration lock, which uses the one-bigint form).
@@ -258,7 +257,7 @@ _ROLLUP_COLUMNS = ("job_id", "hour", "model", "team", "component", "phase", "own
 def insert_jobs(conn: Connection, jobs: Sequence[JobRows], formatter: RowFormatter,
                 deltas: Deltas) -> None:
     """Insert every row of each job (its old rows already deleted); the deltas add their
-    rollup rows (the database sums them, `rollups.apply_deltas`)."""
+    rollup rows (the database sums them, `result_rows.apply_deltas`)."""
     attempts, segments, rollups = [], [], []
     for rows in jobs:
         attempts.extend(rows.attempt_lines.values())

@@ -40,7 +40,7 @@ HOT_PATHS = {
     "aggregate: a chunk's labels": ["service.store.impact:_LOAD_LABELS"],
     "aggregate: replace a chunk's rows": [
         "service.store.results:_DELETE_ROLLUP", "service.store.results:delete_job_rows",
-        "service.store.results:update_jobs", "service.store.rollups:_FILL",
+        "service.store.results:update_jobs", "service.store.result_rows:_FILL",
         "service.store.impact:replace_job_impact",
         "service.store.result_rows:replace_checkpoint_facts",
         "service.store.retention:_NOTE_FIRST_TS"],
