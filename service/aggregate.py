@@ -410,7 +410,7 @@ class Aggregator:
         partial = cached.keys() & rows.keys()
         updated = [(cached[j].rows, rows[j]) for j in jobs if j in partial]
         replaced = [j for j in jobs if j not in partial]
-        deltas = Deltas.empty()
+        deltas = Deltas()
         store.delete_job_rows(conn, replaced, deltas)
         store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
         store.update_jobs(conn, updated, formatter, deltas)

@@ -299,10 +299,6 @@ class Deltas:
     fleet: dict[FleetKey, list[int]] = field(default_factory=dict)
     inserted: list[str] = field(default_factory=list)
 
-    @classmethod
-    def empty(cls) -> Deltas:
-        return cls()
-
     def add(self, hour_us: int, model: str, team: str, component: str, phase: str,
             owner: str, settled: int, unsettled: int) -> None:
         """Add GPU-microseconds (negative to take away) to one fleet cell."""
@@ -324,7 +320,7 @@ _CELLS = """
         settled numeric NOT NULL, unsettled numeric NOT NULL
     ) ON COMMIT DELETE ROWS"""
 
-_KEY = "hour, model, team, component, phase, owner"
+_KEY = ", ".join(("hour", *_LABELS))
 # The sums as NUMERIC, sent as decimal strings: a chunk's delta for one model-day can pass
 # 2^64, beyond what JSON numbers carry exactly (and what orjson writes).
 _FILL = f"""
@@ -353,17 +349,20 @@ _MODEL_SUMS = (*(f"coalesce(sum({_HELD}) FILTER (WHERE component = '{c}'), 0)"
                f"coalesce(sum({_HELD}) FILTER (WHERE phase = '{UNREPORTED}'), 0)")
 
 
-def _upsert(table: str, keys: dict[str, str], values: dict[str, str]) -> str:
+def _upsert(table: str, keys: dict[str, str], values: dict[str, str], *,
+            grouped: bool = True) -> str:
     """Add the cells summed by `keys` (column: expression) into `table`'s `values`
-    (column: sum), a row per group with any sum not zero, in key order."""
+    (column: sum), a row per group with any sum not zero, in key order. Not `grouped`:
+    the fleet's hours, one row each in `rollup_delta` already (`values` its columns)."""
     names = ", ".join([*keys, *values])
     key_list = ", ".join(keys)
     selected = ", ".join(f"{expr} AS {col}" for col, expr in {**keys, **values}.items())
     nonzero = " OR ".join(f"{col} <> 0" for col in values)
+    group = f" GROUP BY {', '.join(keys.values())}" if grouped else ""
     return (
         f"INSERT INTO {table} AS t ({names})"
-        f" SELECT {names} FROM (SELECT {selected} FROM rollup_delta"
-        f" GROUP BY {', '.join(keys.values())}) AS s WHERE {nonzero} ORDER BY {key_list}"
+        f" SELECT {names} FROM (SELECT {selected} FROM rollup_delta{group}) AS s"
+        f" WHERE {nonzero} ORDER BY {key_list}"
         f" ON CONFLICT ({key_list}) DO UPDATE SET "
         + ", ".join(f"{v} = t.{v} + EXCLUDED.{v}" for v in values)
     )
@@ -373,8 +372,10 @@ def _upserts() -> str:
     sums = {"settled_gpu_us": "sum(settled)", "unsettled_gpu_us": "sum(unsettled)"}
     statements = []
     for level, (column, bucket) in _BUCKETS.items():
+        hourly = level == "hourly"
         statements.append(_upsert(f"fleet_{level}", {column: bucket, **{k: k for k in _LABELS}},
-                                  sums))
+                                  {"settled_gpu_us": "settled", "unsettled_gpu_us": "unsettled"}
+                                  if hourly else sums, grouped=not hourly))
         if level != "weekly":  # a team's weeks are read as days: 7 x 100 rows
             statements.append(_upsert(f"team_{level}",
                                       {column: bucket, **{k: k for k in TEAM_COLUMNS}}, sums))
