@@ -19,8 +19,7 @@ import itertools
 import logging
 import threading
 import time
-import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 
@@ -30,12 +29,25 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from ett_core import JobComputation, Taxonomy, compute_job
 from ett_core.instants import US_PER_SECOND, dt_to_us
 from ett_core.resume import JobSnapshot, computation_of, resume_job, snapshot_job
-from service.aggregation.chunks import chunk_events, chunked, due_events, first_instants, gc_paused
+from service.aggregation.chunks import (
+    chunk_events,
+    chunked,
+    due_events,
+    every_job,
+    first_instants,
+    gc_paused,
+)
 from service.aggregation.running_job_cache import Entry, RunningJobCache
 from service.settings import Settings, default
 from service.store import impact, retention, state
 from service.store import results as store
-from service.store.result_rows import Deltas, RowFormatter, apply_deltas, replace_checkpoint_facts
+from service.store.result_rows import (
+    Deltas,
+    RowFormatter,
+    apply_deltas,
+    drain_stopped,
+    replace_checkpoint_facts,
+)
 from service.store.retention import ensure_partitions_quietly
 from service.taxonomy import taxonomy_from
 
@@ -69,11 +81,6 @@ class PassReport:
             "jobs_quarantined": self.jobs_quarantined,
             "lag_seconds": self.lag_seconds,
         }
-
-
-def model_share(model: str, parts: int) -> int:
-    """Which of `parts` parts a model's jobs belong to (stable across processes)."""
-    return zlib.crc32(model.encode()) % parts
 
 
 class Aggregator:
@@ -119,20 +126,27 @@ class Aggregator:
 
     def run_pass(self, *, recompute_all: bool = False,
                  progress: Callable[[int, int], None] | None = None,
-                 share: tuple[int, int] | None = None) -> PassReport:
-        """One pass. `share=(k, n)` (with `recompute_all`) takes only the jobs whose model
-        falls in part k of n (`model_share`): n processes with k = 0..n-1 recompute the
-        whole fleet between them, and never write the same fleet rollup rows, which are
-        keyed by model (service/aggregation/recompute.py). `progress(done, total)` follows the pass;
-        `total` is 0 for a share (its size is not known ahead)."""
-        if share is not None and not recompute_all:
-            raise ValueError("share is for recompute_all passes")
+                 chunks: Iterable[list[str]] | None = None,
+                 hold_teams: bool = False) -> PassReport:
+        """One pass. With `recompute_all`, `chunks` (of job ids) replaces "every job":
+        the processes of one recompute take their chunks from one list
+        (service/aggregation/recompute.py); `hold_teams` holds the team rollups' deltas back
+        for the process that holds `RECOMPUTE_LOCK` to add (`result_rows.drain_pending`).
+        `progress(done, total)` follows the pass; `total` is 0 when `chunks` are given (their
+        size is not known ahead)."""
+        if (chunks is not None or hold_teams) and not recompute_all:
+            raise ValueError("chunks and hold_teams are for recompute_all passes")
         with self._lock:
             now = self.clock()
             report = PassReport(started_at=now)
             if self._partitions_checked_on != now.date():  # the months ahead exist
                 ensure_partitions_quietly(self.engine, now)
                 self._partitions_checked_on = now.date()
+            if not hold_teams:
+                with self.engine.begin() as conn:
+                    if drain_stopped(conn):
+                        log.warning("aggregation: added the team rollups' deltas held back"
+                                    " by a recompute of everything that stopped early")
             with self.engine.connect() as conn:
                 queued = store.queued_jobs(conn)
                 # A quarantined job waits for new events: recomputed unchanged, it would
@@ -147,23 +161,22 @@ class Aggregator:
                               - (set() if recompute_all else held))
                 if not recompute_all:
                     total = len(jobs)
-                else:  # counted only for a progress bar; a share's size is not known ahead
-                    total = store.count_jobs(conn) if progress and share is None else 0
-            if queued and share is None:
+                else:  # counted only for a progress bar
+                    total = store.count_jobs(conn) if progress and chunks is None else 0
+            if queued and chunks is None:
                 report.lag_seconds = max(0.0, (now - min(queued.values())).total_seconds())
             if not recompute_all:
                 self._cache.retain(jobs)
                 chunks = chunked(jobs, self.batch_jobs)
-            elif share is None:
+            elif chunks is None:
                 # The queued and running jobs first (what a plain pass takes), then every job.
                 chunks = itertools.chain(chunked(jobs, self.batch_jobs),
-                                         self._all_jobs(None, skip=set(jobs)))
-            else:
-                chunks = self._all_jobs(share, skip=set())
+                                         every_job(self.engine, self.batch_jobs, skip=set(jobs)))
             done = 0
             for chunk in chunks:
                 with gc_paused():  # and the chunk's objects freed before it resumes
-                    self._run_chunk(chunk, now, report, remember=not recompute_all)
+                    self._run_chunk(chunk, now, report, remember=not recompute_all,
+                                    hold_teams=hold_teams)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, max(total, done) if total else 0)
@@ -180,28 +193,6 @@ class Aggregator:
                 report.duration_seconds,
             )
             return report
-
-    def _all_jobs(self, share: tuple[int, int] | None, skip: set[str]
-                  ) -> Iterator[list[str]]:
-        """Every job (of the share), in chunks, read a page at a time: memory stays flat
-        however long the history."""
-        after, pending = "", []
-        while True:
-            with self.engine.connect() as conn:
-                page = store.jobs_with_models_after(conn, after, 5 * self.batch_jobs)
-            if not page:
-                break
-            after = page[-1][0]
-            # A job reporting two models can fall in two shares: both recompute it, in turn
-            # (the advisory lock), which is correct, only repeated.
-            for job in dict.fromkeys(job for job, model in page if job not in skip and (
-                    share is None or model_share(model, share[1]) == share[0])):
-                pending.append(job)
-                if len(pending) == self.batch_jobs:
-                    yield pending
-                    pending = []
-        if pending:
-            yield pending
 
     def _compute(self, job_id: str, events: Sequence, now_us: int
                  ) -> JobComputation | str:
@@ -275,7 +266,7 @@ class Aggregator:
             return None
 
     def _run_chunk(self, job_ids: list[str], now: datetime, report: PassReport,
-                   remember: bool = True) -> None:
+                   remember: bool = True, hold_teams: bool = False) -> None:
         now_us = dt_to_us(now)
         with self.engine.begin() as conn:
             store.set_chunk_settings(conn)
@@ -357,7 +348,7 @@ class Aggregator:
             comps = dict(computed)
             try:
                 with conn.begin_nested():
-                    self._write(conn, ok, rows, cached, formatter, comps, labels)
+                    self._write(conn, ok, rows, cached, formatter, comps, labels, hold_teams)
             except (OperationalError, InterfaceError):
                 raise  # the database, not a job: the chunk is retried as a whole
             except Exception:
@@ -366,7 +357,8 @@ class Aggregator:
                 for job_id in ok:
                     try:
                         with conn.begin_nested():
-                            self._write(conn, [job_id], rows, {}, formatter, comps, labels)
+                            self._write(conn, [job_id], rows, {}, formatter, comps, labels,
+                                        hold_teams)
                     except (OperationalError, InterfaceError):
                         raise
                     except Exception as exc:
@@ -404,9 +396,10 @@ class Aggregator:
     @staticmethod
     def _write(conn: Connection, jobs: list[str], rows: dict, cached: dict,
                formatter: RowFormatter, comps: dict[str, JobComputation],
-               labels: dict[str, dict[str, str]]) -> None:
+               labels: dict[str, dict[str, str]], hold_teams: bool = False) -> None:
         """Replace the stored results of `jobs` (a cached running job only in part);
-        `labels` holds the labels of the resumed jobs and gets those of all the others."""
+        `labels` holds the labels of the resumed jobs and gets those of all the others;
+        `hold_teams`: the team rollups' deltas held back (`apply_deltas`)."""
         partial = cached.keys() & rows.keys()
         updated = [(cached[j].rows, rows[j]) for j in jobs if j in partial]
         replaced = [j for j in jobs if j not in partial]
@@ -414,7 +407,7 @@ class Aggregator:
         store.delete_job_rows(conn, replaced, deltas)
         store.insert_jobs(conn, [rows[j] for j in replaced if j in rows], formatter, deltas)
         store.update_jobs(conn, updated, formatter, deltas)
-        apply_deltas(conn, deltas)
+        apply_deltas(conn, deltas, hold_teams=hold_teams)
         replace_checkpoint_facts(conn, replaced, comps, updated)
         labels.update(impact.replace_job_impact(conn, jobs, comps, labels))
 

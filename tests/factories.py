@@ -136,7 +136,7 @@ def wipe_results(engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE jobs, attempts, segments, rollup_hourly, fleet_hourly,"
                           " fleet_daily, fleet_weekly, team_hourly, team_daily, model_hourly,"
-                          " model_daily, model_weekly, settled_totals"))
+                          " model_daily, model_weekly, settled_totals, team_pending"))
 
 
 def demo_events(models: int = 6, hours: float = 30, seed: int = 3) -> list[dict]:

@@ -1,15 +1,16 @@
-"""What one chunk of jobs is made of: the jobs cut into chunks, each job's events (read one
-job at a time), the events due by now, what the chunk learns of each job's first event;
-and the collector held off while a chunk is computed."""
+"""What one chunk of jobs is made of: the jobs cut into chunks (every job's, for a recompute
+of everything), each job's events (read one job at a time), the events due by now, what
+the chunk learns of each job's first event; and the collector held off while a chunk is
+computed."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 from datetime import datetime
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from ett_core import Event
 from ett_core.instants import us_to_dt
@@ -39,6 +40,27 @@ def gc_paused() -> Iterator[None]:
 def chunked(jobs: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(jobs), size):
         yield jobs[start:start + size]
+
+
+def every_job(engine: Engine, size: int, skip: Set[str] = frozenset()
+              ) -> Iterator[list[str]]:
+    """Every job but those in `skip`, in chunks of `size`, read a page at a time: memory
+    stays flat however long the history."""
+    after, pending = "", []
+    while True:
+        with engine.connect() as conn:
+            page = store.jobs_with_models_after(conn, after, 5 * size)
+        if not page:
+            break
+        after = page[-1][0]
+        # A job reporting two models is listed once per model, all in one page.
+        for job in dict.fromkeys(job for job, _model in page if job not in skip):
+            pending.append(job)
+            if len(pending) == size:
+                yield pending
+                pending = []
+    if pending:
+        yield pending
 
 
 def due_events(events: Sequence[Event], now_us: int) -> Sequence[Event]:

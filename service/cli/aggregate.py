@@ -33,13 +33,12 @@ def _run(args: argparse.Namespace) -> int:
                 bar.n = done
                 bar.refresh()
 
-            if args.recompute_all and args.workers > 1:
+            if args.recompute_all:
                 from service.aggregation.recompute import recompute_all
 
-                report = recompute_all(db.url, settings, args.workers, progress)
+                report = recompute_all(db.url, settings, max(1, args.workers), progress)
             else:
-                report = aggregator.run_pass(recompute_all=args.recompute_all,
-                                             progress=progress)
+                report = aggregator.run_pass(progress=progress)
             bar.close()
             print(f"recomputed {report.jobs_recomputed} jobs in {report.duration_seconds:.2f}s"
                   f" (failed {report.jobs_failed}, skipped {report.jobs_skipped_locked} held by"
@@ -70,8 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute-all", action="store_true",
                    help="recompute every job (after a taxonomy change), with a progress bar")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
-                   help="with --recompute-all: processes sharing the work, by model"
-                        " (default: the CPUs, at most 4)")
+                   help="with --recompute-all: processes sharing the work, a chunk of jobs"
+                        " at a time (default: the CPUs, at most 4)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="with --loop: serve /metrics on this port")
     p.add_argument("--metrics-host", default="0.0.0.0")

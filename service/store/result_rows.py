@@ -13,7 +13,8 @@ Keeping a job's rows as values (`JobRows`) also lets a pass compare them with wh
 wrote for the job last time and rewrite only what changed (`store.results.update_jobs`).
 
 The rollups every job's rows add to (the fleet's, the teams', the models', the settled
-totals) move by the delta of the rows a pass replaces (`Deltas`, `apply_deltas`).
+totals) move by the delta of the rows a pass replaces (`Deltas`, `apply_deltas`); in a
+recompute of everything, the team rollups once, at its end (`drain_pending`).
 """
 
 from __future__ import annotations
@@ -343,6 +344,7 @@ _BUCKETS = {
     "weekly": ("week", "date_bin('7 days', hour, TIMESTAMPTZ '1970-01-05 00:00:00+00')"),
 }
 _HELD = "settled + unsettled"
+_SUMS = {"settled_gpu_us": "sum(settled)", "unsettled_gpu_us": "sum(unsettled)"}
 _MODEL_SUMS = (*(f"coalesce(sum({_HELD}) FILTER (WHERE component = '{c}'), 0)"
                  for c in COMPONENTS),
                f"coalesce(sum(unsettled) FILTER (WHERE component = '{EFFECTIVE}'), 0)",
@@ -350,10 +352,11 @@ _MODEL_SUMS = (*(f"coalesce(sum({_HELD}) FILTER (WHERE component = '{c}'), 0)"
 
 
 def _upsert(table: str, keys: dict[str, str], values: dict[str, str], *,
-            grouped: bool = True) -> str:
-    """Add the cells summed by `keys` (column: expression) into `table`'s `values`
-    (column: sum), a row per group with any sum not zero, in key order. Not `grouped`:
-    the fleet's hours, one row each in `rollup_delta` already (`values` its columns)."""
+            grouped: bool = True, source: str = "rollup_delta") -> str:
+    """Add the cells of `source` summed by `keys` (column: expression) into `table`'s
+    `values` (column: sum), a row per group with any sum not zero, in key order. Not
+    `grouped`: the fleet's hours, one row each in `rollup_delta` already (`values` its
+    columns)."""
     names = ", ".join([*keys, *values])
     key_list = ", ".join(keys)
     selected = ", ".join(f"{expr} AS {col}" for col, expr in {**keys, **values}.items())
@@ -361,24 +364,37 @@ def _upsert(table: str, keys: dict[str, str], values: dict[str, str], *,
     group = f" GROUP BY {', '.join(keys.values())}" if grouped else ""
     return (
         f"INSERT INTO {table} AS t ({names})"
-        f" SELECT {names} FROM (SELECT {selected} FROM rollup_delta{group}) AS s"
+        f" SELECT {names} FROM (SELECT {selected} FROM {source}{group}) AS s"
         f" WHERE {nonzero} ORDER BY {key_list}"
         f" ON CONFLICT ({key_list}) DO UPDATE SET "
         + ", ".join(f"{v} = t.{v} + EXCLUDED.{v}" for v in values)
     )
 
 
-def _upserts() -> str:
-    sums = {"settled_gpu_us": "sum(settled)", "unsettled_gpu_us": "sum(unsettled)"}
+def _team_keys(column: str, bucket: str) -> dict[str, str]:
+    return {column: bucket, **{k: k for k in TEAM_COLUMNS}}
+
+
+_TEAM_LEVELS = ("hourly", "daily")  # a team's weeks are read as days: 7 x 100 rows
+_TEAM_KEY = ", ".join(("hour", *TEAM_COLUMNS))
+# A recompute's chunk notes its delta of the team rollups (docs below) instead of adding it.
+_HOLD_TEAMS = (f"INSERT INTO team_pending SELECT {_TEAM_KEY}, sum(settled), sum(unsettled)"
+               f" FROM rollup_delta GROUP BY {_TEAM_KEY}")
+
+
+def _upserts(held: bool) -> str:
+    """The statements that add `rollup_delta` to every shared rollup; `held`: the team
+    rollups' part noted in `team_pending` instead."""
     statements = []
     for level, (column, bucket) in _BUCKETS.items():
         hourly = level == "hourly"
         statements.append(_upsert(f"fleet_{level}", {column: bucket, **{k: k for k in _LABELS}},
                                   {"settled_gpu_us": "settled", "unsettled_gpu_us": "unsettled"}
-                                  if hourly else sums, grouped=not hourly))
-        if level != "weekly":  # a team's weeks are read as days: 7 x 100 rows
-            statements.append(_upsert(f"team_{level}",
-                                      {column: bucket, **{k: k for k in TEAM_COLUMNS}}, sums))
+                                  if hourly else _SUMS, grouped=not hourly))
+        if level in _TEAM_LEVELS and not held:
+            statements.append(_upsert(f"team_{level}", _team_keys(column, bucket), _SUMS))
+        elif hourly:
+            statements.append(_HOLD_TEAMS)
         statements.append(_upsert(f"model_{level}", {column: bucket, "model": "model",
                                                      "team": "team"},
                                   dict(zip(MODEL_FIGURES, _MODEL_SUMS, strict=True))))
@@ -390,11 +406,14 @@ def _upserts() -> str:
 
 
 # One round trip: no parameters, so the statements go as one simple query, in order.
-_APPLY = _upserts()
+_APPLY = _upserts(held=False)
+_APPLY_HOLDING_TEAMS = _upserts(held=True)
 
 
-def apply_deltas(conn: Connection, deltas: Deltas) -> None:
-    """Add the net deltas of the replaced jobs to the shared rollups."""
+def apply_deltas(conn: Connection, deltas: Deltas, *, hold_teams: bool = False) -> None:
+    """Add the net deltas of the replaced jobs to the shared rollups; `hold_teams`: the
+    team rollups' part held back in `team_pending`, for `drain_pending` (a recompute of
+    everything)."""
     cells = [{"hour": us_to_dt(hour), **dict(zip(_LABELS, labels, strict=True)),
               "settled": str(settled), "unsettled": str(unsettled)}
              for (hour, *labels), (settled, unsettled) in deltas.fleet.items()
@@ -405,4 +424,49 @@ def apply_deltas(conn: Connection, deltas: Deltas) -> None:
         cur.execute(_CELLS)
         cur.execute(_FILL, {"inserted": deltas.inserted,
                             "cells": orjson.dumps(cells).decode()})
-        cur.execute(_APPLY)
+        cur.execute(_APPLY_HOLDING_TEAMS if hold_teams else _APPLY)
+
+
+# --- the team rollups' deltas held back by a recompute of everything ---------------------
+# A recompute of everything (service/aggregation/recompute.py) replaces every job's rows
+# chunk by chunk, and a chunk is about one model's jobs. Added per chunk, the deltas upsert
+# a team-hour once for each model of the team that ran in it: 7.8M upserts for 410k
+# `team_hourly` rows at 180 days, a sixth of the server's statement time (docs/
+# performance.md, aggregation round 10). The chunks note them in `team_pending` instead,
+# and the recompute sums them into the team rollups once, when it ends.
+#
+# Deltas commute, so adding them late is exact whatever ran in between: a live aggregator
+# replacing a job the recompute has stored adds its own delta, from the recompute's rows,
+# straight away. Until the end, the team rollups show the teams as they were before the
+# recompute (plus what live passes changed). The recompute holds RECOMPUTE_LOCK while it
+# holds deltas back; a pass that finds deltas pending and the lock free adds them (a
+# recompute stopped before its end, `drain_stopped`).
+RECOMPUTE_LOCK = 0x45_54_54_52  # "ETTR"
+
+# In the order every writer adds to them (`_APPLY`): hours, then days, each in key order.
+_DRAIN = ";\n".join([
+    # Rows appended from now on wait for this transaction: none is emptied unsummed.
+    "LOCK TABLE team_pending IN SHARE ROW EXCLUSIVE MODE",
+    *(_upsert(f"team_{level}", _team_keys(*_BUCKETS[level]), _SUMS, source="team_pending")
+      for level in _TEAM_LEVELS),
+    # Emptied in place (no dead rows): each pass's look for pending rows stays cheap.
+    "TRUNCATE team_pending",
+])
+
+
+def drain_pending(conn: Connection) -> None:
+    """Add every held-back delta to the team rollups and empty `team_pending`, in the
+    caller's transaction (begun: the statements go on its driver connection)."""
+    with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+        cur.execute(_DRAIN)
+
+
+def drain_stopped(conn: Connection) -> bool:
+    """Add the deltas a recompute of everything held back and did not add because it
+    stopped first (none while one runs: it holds RECOMPUTE_LOCK); whether there were any."""
+    free = conn.execute(text(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM team_pending)"
+        " THEN pg_try_advisory_xact_lock(:k) ELSE false END"), {"k": RECOMPUTE_LOCK}).scalar_one()
+    if free:
+        drain_pending(conn)
+    return bool(free)

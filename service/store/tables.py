@@ -228,6 +228,18 @@ def _team_rollup(name: str, column: str) -> Table:
 team_hourly = _team_rollup("team_hourly", "hour")
 team_daily = _team_rollup("team_daily", "day")
 
+# What a recompute of everything adds to the team rollups, held back until it ends
+# (`result_rows.drain_pending`): appended per chunk, then summed and emptied in one
+# transaction. No key: no row is ever looked up.
+team_pending = Table(
+    "team_pending",
+    metadata,
+    Column("hour", TS, nullable=False),
+    *(Column(label, Text, nullable=False) for label in TEAM_COLUMNS),
+    Column("settled", Numeric(30, 0), nullable=False),
+    Column("unsettled", Numeric(30, 0), nullable=False),
+)
+
 # A model's answer per hour, UTC day and UTC week (from Monday), per team it ran under:
 # GPU-microseconds held per component, the at-risk part (unsettled effective training) and
 # the unreported part (the scheduler's word), the fleet rollup's label rows summed into the

@@ -1,6 +1,6 @@
 """Passes over running jobs: the cached events and the partial rewrites of
 `service.aggregation.running_job_cache` and `store.results.update_jobs` must store exactly
-what a full recompute from nothing stores, and the model-sharded recompute of
+what a full recompute from nothing stores, and the recompute over processes of
 `service.aggregation.recompute` exactly what one process does."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import pytest
 from sqlalchemy import text
 
 from ett_core import Taxonomy
-from service.aggregate import Aggregator, model_share
+from service.aggregate import Aggregator
+from service.aggregation.chunks import every_job
 from service.aggregation.recompute import recompute_all
 from service.settings import Settings
+from service.store.result_rows import drain_pending
 from tests.factories import BASE, demo_events, event, fixed, post_all, results_state, wipe_results
 
 HOURS = 30
@@ -80,7 +82,7 @@ def test_a_job_another_aggregator_recomputed_is_not_taken_from_the_cache(
 
 
 @pytest.mark.slow
-def test_a_recompute_sharded_by_model_over_processes_equals_one_process(
+def test_a_recompute_over_processes_equals_one_process(
         api, db_engine, database_url) -> None:
     post_all(api, demo_events(models=8, hours=HOURS))
     now = CUT + timedelta(minutes=3)
@@ -93,13 +95,6 @@ def test_a_recompute_sharded_by_model_over_processes_equals_one_process(
     assert report.jobs_recomputed == len(one["jobs"]) and report.jobs_failed == 0
     assert seen and seen[-1][0] == seen[-1][1]
     assert results_state(db_engine) == one
-
-
-def test_model_shares_split_models_stably() -> None:
-    models = [f"model-{i}" for i in range(200)]
-    shares = [model_share(m, 3) for m in models]
-    assert set(shares) == {0, 1, 2}
-    assert shares == [model_share(m, 3) for m in models]
 
 
 def test_jobs_that_stop_running_leave_the_cache(api, db_engine) -> None:
@@ -120,8 +115,10 @@ def test_jobs_that_stop_running_leave_the_cache(api, db_engine) -> None:
 
 
 def test_a_recompute_of_everything_reads_its_jobs_a_page_at_a_time(api, db_engine) -> None:
-    # Pages of 5 jobs (batch_jobs=1), whole and in two shares: the same results as one
-    # page, every job once, and a progress bar that ends at the job count.
+    # Pages of 5 jobs (batch_jobs=1), and chunks of one list dealt to two aggregators that
+    # hold the team rollups back (as the processes of a recompute do), added at the end:
+    # the same results as one page, every job once, and a progress bar that ends at the
+    # job count.
     post_all(api, demo_events(models=4, hours=HOURS))
     now = CUT + timedelta(minutes=3)
     whole = _from_nothing(db_engine, now, 600.0)
@@ -134,9 +131,15 @@ def test_a_recompute_of_everything_reads_its_jobs_a_page_at_a_time(api, db_engin
     assert seen[-1] == (len(whole["jobs"]), len(whole["jobs"]))
     assert results_state(db_engine) == whole
     wipe_results(db_engine)
-    done = sum(Aggregator(db_engine, Taxonomy.default(), batch_jobs=2, clock=fixed(now))
-               .run_pass(recompute_all=True, share=(k, 2)).jobs_recomputed for k in range(2))
+    chunks = list(every_job(db_engine, 2))
+    listed = [job for chunk in chunks for job in chunk]
+    assert len(listed) == len(set(listed)) and set(listed) == {r[0] for r in whole["jobs"]}
+    done = sum(Aggregator(db_engine, Taxonomy.default(), clock=fixed(now)).run_pass(
+        recompute_all=True, chunks=iter(chunks[k::2]), hold_teams=True).jobs_recomputed
+        for k in range(2))
     assert done == len(whole["jobs"])
+    with db_engine.begin() as conn:
+        drain_pending(conn)
     assert results_state(db_engine) == whole
 
 

@@ -27,7 +27,7 @@ REFERENCE = {"api_tokens", "annotations"}
 # and labels, not by job) and the aggregator's own state.
 LOCAL = {"dirty_jobs", "aggregation_quarantine", "fleet_hourly", "fleet_daily", "fleet_weekly",
          "team_hourly", "team_daily", "model_hourly", "model_daily", "model_weekly",
-         "settled_totals", "aggregator_state"}
+         "settled_totals", "team_pending", "aggregator_state"}
 
 # The statements run per request or per job of a pass, by where they live: a module
 # constant holding SQL ("module:NAME") or a function whose SQL literals all count
