@@ -14,6 +14,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from ett_core.events import Event
 from ett_core.instants import US_PER_SECOND
 from ett_core.result import JobResult
 from ett_core.taxonomy import COMPONENTS, EFFECTIVE
@@ -57,6 +58,25 @@ def job_impact(result: JobResult) -> JobImpact:
         overhead_gpu_us=MappingProxyType(
             {t: MappingProxyType({c: gpu[t][c] for c in COMPONENTS}) for t in OVERHEAD_TERMS}),
     )
+
+
+def union_labels(allocations: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """A job's labels from its allocations' `labels` objects, in attempt order: their union,
+    a later attempt winning a key. Only string values count: events stored before labels
+    were validated may hold anything."""
+    out: dict[str, str] = {}
+    for labels in allocations:
+        out.update((k, v) for k, v in labels.items() if isinstance(v, str))
+    return out
+
+
+def job_labels(events: Iterable[Event]) -> dict[str, str]:
+    """The labels of the job whose events (all of them) these are (`union_labels`)."""
+    allocations = sorted(((e.attempt, e.ts_us, labels) for e in events
+                          if e.type == "allocated"
+                          and isinstance(labels := e.attrs.get("labels"), Mapping)),
+                         key=lambda a: (a[0], a[1]))
+    return union_labels(labels for _attempt, _ts, labels in allocations)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from ett_core import JobComputation, Taxonomy, compute_job
+from ett_core.impact import job_labels
 from ett_core.instants import US_PER_SECOND, dt_to_us
 from ett_core.resume import JobSnapshot, computation_of, resume_job, snapshot_job
 from service.aggregation.chunks import (
@@ -298,6 +299,7 @@ class Aggregator:
             formatter = RowFormatter(now_us)
             rows = {}
             deferred: dict[str, int] = {}  # job -> its earliest event not due yet
+            labels: dict[str, dict[str, str]] = {}
             snapshots: dict[str, JobSnapshot] = {}
             for job_id, stored, read_now in chunk_events(conn, locked, resumed, events,
                                                            missing):
@@ -311,6 +313,8 @@ class Aggregator:
                 else:
                     if read_now:
                         loaded[job_id] = stored[0].ts_us
+                    # Read whole here: the labels need no second read of its events.
+                    labels[job_id] = job_labels(stored)
                     job_events = due_events(stored, now_us)
                     if job_events is not stored:
                         deferred[job_id] = min(e.ts_us for e in stored if e.ts_us > now_us)
@@ -342,7 +346,7 @@ class Aggregator:
                     computed.append((job_id, comp))
                     if snap is not None:
                         snapshots[job_id] = snap
-            labels = {j: cached[j].labels for j in resumed if cached[j].labels is not None}
+            labels.update((j, cached[j].labels) for j in resumed if cached[j].labels is not None)
             # A failed job keeps its previous results.
             ok = [j for j in locked if j not in failed]
             comps = dict(computed)

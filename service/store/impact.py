@@ -16,7 +16,7 @@ import orjson
 from sqlalchemy import Connection, Row, text
 
 from ett_core import JobComputation
-from ett_core.impact import OVERHEAD_TERMS, Cohort, job_impact
+from ett_core.impact import OVERHEAD_TERMS, Cohort, job_impact, union_labels
 from ett_core.instants import format_rfc3339_us
 from ett_core.taxonomy import COMPONENTS
 
@@ -38,13 +38,10 @@ _LOAD_LABELS = """
 
 
 def _labels_by_job(conn: Connection, job_ids: Sequence[str]) -> dict[str, dict[str, str]]:
-    # The union over attempts, a later attempt winning a key (rows come in attempt order).
-    # Only string pairs: events stored before labels were validated may hold anything.
-    merged: dict[str, dict[str, str]] = {}
+    allocations: dict[str, list[Mapping[str, Any]]] = {}
     for job_id, _attempt, labels in conn.execute(text(_LOAD_LABELS), {"ids": list(job_ids)}):
-        into = merged.setdefault(job_id, {})
-        into.update((k, v) for k, v in labels.items() if isinstance(v, str))
-    return merged
+        allocations.setdefault(job_id, []).append(labels)  # in attempt order
+    return {job_id: union_labels(labels) for job_id, labels in allocations.items()}
 
 
 def replace_job_impact(conn: Connection, replaced: Sequence[str],
@@ -53,8 +50,9 @@ def replace_job_impact(conn: Connection, replaced: Sequence[str],
                        ) -> dict[str, dict[str, str]]:
     """Replace the `job_impact` rows of `replaced` jobs by those of their computations
     (a replaced job without a computation, one with no attempts, keeps no row); return
-    the jobs' labels. `known`: labels read before, of jobs with no new allocation since (a
-    resumed job's, ett_core.resume): reading them means reading all of a job's events."""
+    the jobs' labels. `known`: labels known already (`ett_core.impact.job_labels` of the
+    events a pass read whole; a resumed job's from its last pass, when it has no new
+    allocation since, ett_core.resume): reading them means reading all of a job's events."""
     if not replaced:
         return {}
     conn.execute(text("DELETE FROM job_impact WHERE job_id = ANY(:ids)"),

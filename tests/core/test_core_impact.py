@@ -11,7 +11,7 @@ from core_strategies import streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ett_core import Taxonomy, compute_job
+from ett_core import Event, Taxonomy, compute_job
 from ett_core.impact import (
     OVERHEAD_TERMS,
     SHRINKABLE,
@@ -19,6 +19,7 @@ from ett_core.impact import (
     cohort_of,
     impact,
     job_impact,
+    job_labels,
     savings_us,
     whatif,
 )
@@ -214,3 +215,19 @@ def test_gpu_breakdown_matches_the_segments_and_whatif_one_sums_to_the_overhead(
     saved = sum(Fraction(whatif(cohort, c, 1)["gpu_seconds_saved"]["cascade"]) * S
                 for c in SHRINKABLE)
     assert saved == pytest.approx(cohort.held_gpu_us - cohort.effective_gpu_us, abs=len(SHRINKABLE))
+
+
+def test_a_jobs_labels_are_its_allocations_labels_in_attempt_order() -> None:
+    def alloc(attempt: int, ts: int, attrs: dict) -> Event:
+        return Event(f"e{attempt}-{ts}", ts, "j", attempt, "m", "allocated", gpus=1,
+                     attrs=attrs)
+
+    events = [
+        alloc(2, 10, {"labels": {"variant": "b", "n": 3}}),  # a number: not a label
+        alloc(1, 20, {"labels": {"variant": "a", "experiment": "x"}}),  # reported late
+        alloc(3, 30, {"labels": ["variant"]}),  # not an object
+        alloc(4, 40, {}),
+        Event("h", 50, "j", 4, "m", "heartbeat", attrs={"labels": {"variant": "z"}}),
+    ]
+    assert job_labels(events) == {"variant": "b", "experiment": "x"}
+    assert job_labels(events[3:]) == {}

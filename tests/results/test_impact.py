@@ -10,7 +10,7 @@ from sqlalchemy import text
 from ett_core import Taxonomy, compute_job
 from ett_core.impact import cohort_of, impact, job_impact
 from service.access import tokens
-from service.store.impact import glob_to_like
+from service.store.impact import _labels_by_job, glob_to_like
 from service.store.results import load_events
 from tests.factories import NOW, event, faster_recovery, labelled, post_all, spec_example
 
@@ -34,6 +34,28 @@ def test_labels_are_stored_per_job_the_later_attempt_winning_a_key(api, agg) -> 
     api.post("/v1/aggregate")
     job = api.get("/v1/jobs/job-l").json()
     assert job["labels"] == {"experiment": "pt2-cache", "variant": "optimized"}
+
+
+def test_a_pass_takes_the_labels_of_the_events_it_read_as_the_stored_events_give_them(
+        api, agg, db_engine) -> None:
+    """A pass reading a job's events whole takes its labels from them (no second read);
+    they must be what the stored events give: here the attempts' allocations arrive out of
+    order, one without labels, one of them the scheduler's, beside jobs with none."""
+    events = spec_example("job-m") + spec_example("job-n") + spec_example("job-o")
+    allocs = [e for e in events if e["type"] == "allocated"]
+    allocs[0]["attrs"] = {"labels": {"variant": "a", "experiment": "x"}}
+    allocs[1]["attrs"] = {"labels": {"variant": "b"}}
+    allocs[3]["attrs"] = {"source": "scheduler", "labels": {"queue": "q1"}}
+    post_all(api, [*events[::-1], event("allocated", 5, job_id="job-p", gpus=2,
+                                        attrs={"labels": {"variant": "c"}})])
+    agg.run_pass()
+    with db_engine.connect() as conn:
+        stored = dict(conn.execute(text("SELECT job_id, labels FROM job_impact")).all())
+        read = _labels_by_job(conn, list(stored))
+        assert stored == {job: read.get(job, {}) for job in stored}
+    assert stored["job-m"] == {"variant": "b", "experiment": "x"}
+    assert stored["job-n"] == {"queue": "q1"} and stored["job-o"] == {}
+    assert stored["job-p"] == {"variant": "c"}
 
 
 @pytest.mark.parametrize(("labels", "message"), [

@@ -1,11 +1,12 @@
 """The shared rollups hold exactly the rows they sum (the fleet's hours the jobs' rollup rows,
 its days its hours; the team and model rollups of migration 0014 its label rows),
 through passes, revisions and a recompute (one that holds the team rollups back
-included); and every read that moved to them answers exactly what the fleet's rows answer: `window_rows` without a model, `window_figures` by
-model and team (the windows by model, team or none, the models overview, the /metrics
-ratios), `component_series`. The fleet mixes weeks of jobs crossing midnights and Mondays,
-the demo fleet's teams and owners, the scheduler's word (unreported time), a running job
-(time at risk) and revisions that empty cells."""
+included); and every read that moved to them answers exactly what the fleet's rows
+answer: `window_rows` without a model, `window_figures` by model and team (the windows by
+model, team or none, the models overview, the /metrics ratios), `component_series`. The
+fleet mixes weeks of jobs crossing midnights and Mondays, the demo fleet's teams and
+owners, the scheduler's word (unreported time), a running job (time at risk) and
+revisions that empty cells."""
 
 from __future__ import annotations
 
