@@ -9,9 +9,9 @@ and any live aggregator, off the same job.
 The workers hold the team rollups' deltas back (`result_rows.apply_deltas`, `hold_teams`):
 this process adds them all at the end (`result_rows.drain_pending`), also when a worker
 failed, so each team row is written once instead of once per chunk (per model) that
-touches it. It holds `RECOMPUTE_LOCK` meanwhile: a second recompute waits for it, and
-live passes leave the held-back deltas alone until it ends (after a crash, the next pass
-adds them).
+touches it. It holds `RECOMPUTE_LOCK` (`result_rows`) meanwhile: a second recompute waits
+for it, and live passes leave the held-back deltas alone until it ends (after a crash,
+the next pass adds them).
 """
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import datetime
 
-from sqlalchemy import text
-
 from service.aggregate import PassReport
 from service.aggregation.chunks import every_job
 from service.settings import Settings
-from service.store.result_rows import RECOMPUTE_LOCK, drain_pending
+from service.store.result_rows import drain_pending, release_recompute_lock, take_recompute_lock
 from service.store.results import count_jobs
 
 log = logging.getLogger(__name__)
@@ -159,10 +157,9 @@ def recompute_all(url: str, settings: Settings, workers: int,
     engine = make_engine(url, pool_size=1, statement_timeout_ms=0)
     try:
         with engine.connect() as conn:
-            if not conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                                {"k": RECOMPUTE_LOCK}).scalar_one():
+            if not take_recompute_lock(conn, wait=False):
                 log.warning("recompute: waiting for another recompute of everything to end")
-                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": RECOMPUTE_LOCK})
+                take_recompute_lock(conn, wait=True)
             total = count_jobs(conn) if progress is not None else 0
             conn.commit()  # the session lock stays; no snapshot is held meanwhile
             try:
@@ -170,7 +167,7 @@ def recompute_all(url: str, settings: Settings, workers: int,
             finally:  # every chunk that committed, whether or not all did
                 with conn.begin():
                     drain_pending(conn)
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": RECOMPUTE_LOCK})
+                release_recompute_lock(conn)
                 conn.commit()
         return report
     finally:

@@ -443,6 +443,20 @@ def apply_deltas(conn: Connection, deltas: Deltas, *, hold_teams: bool = False) 
 # recompute stopped before its end, `drain_stopped`).
 RECOMPUTE_LOCK = 0x45_54_54_52  # "ETTR"
 
+
+def take_recompute_lock(conn: Connection, *, wait: bool) -> bool:
+    """Take RECOMPUTE_LOCK for this session (until `release_recompute_lock` or the session
+    ends); without `wait`, only if it is free. Whether it was taken."""
+    if wait:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": RECOMPUTE_LOCK})
+        return True
+    return bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                             {"k": RECOMPUTE_LOCK}).scalar_one())
+
+
+def release_recompute_lock(conn: Connection) -> None:
+    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": RECOMPUTE_LOCK})
+
 # In the order every writer adds to them (`_APPLY`): hours, then days, each in key order.
 _DRAIN = ";\n".join([
     # Rows appended from now on wait for this transaction: none is emptied unsummed.
