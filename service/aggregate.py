@@ -143,12 +143,10 @@ class Aggregator:
             if self._partitions_checked_on != now.date():  # the months ahead exist
                 ensure_partitions_quietly(self.engine, now)
                 self._partitions_checked_on = now.date()
-            if not hold_teams:
-                with self.engine.begin() as conn:
-                    if drain_stopped(conn):
-                        log.warning("aggregation: added the team rollups' deltas held back"
-                                    " by a recompute of everything that stopped early")
-            with self.engine.connect() as conn:
+            with self.engine.begin() as conn:  # committed: it may add held-back deltas
+                if not hold_teams and drain_stopped(conn):
+                    log.warning("aggregation: added the team rollups' deltas held back by a"
+                                " recompute of everything that stopped early")
                 queued = store.queued_jobs(conn)
                 # A quarantined job waits for new events: recomputed unchanged, it would
                 # fail the same way every pass. A new process may run fixed code, so its

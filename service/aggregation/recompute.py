@@ -9,7 +9,7 @@ and any live aggregator, off the same job.
 The workers hold the team rollups' deltas back (`result_rows.apply_deltas`, `hold_teams`):
 this process adds them all at the end (`result_rows.drain_pending`), also when a worker
 failed, so each team row is written once instead of once per chunk (per model) that
-touches it. It holds `RECOMPUTE_LOCK` (`result_rows`) meanwhile: a second recompute waits
+touches it. It holds `RECOMPUTE_LOCK` (`store.state`) meanwhile: a second recompute waits
 for it, and live passes leave the held-back deltas alone until it ends (after a crash,
 the next pass adds them).
 """
@@ -28,8 +28,9 @@ from datetime import datetime
 from service.aggregate import PassReport
 from service.aggregation.chunks import every_job
 from service.settings import Settings
-from service.store.result_rows import drain_pending, release_recompute_lock, take_recompute_lock
+from service.store.result_rows import drain_pending
 from service.store.results import count_jobs
+from service.store.state import RECOMPUTE_LOCK, release_session_lock, take_session_lock
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,9 @@ def recompute_all(url: str, settings: Settings, workers: int,
     engine = make_engine(url, pool_size=1, statement_timeout_ms=0)
     try:
         with engine.connect() as conn:
-            if not take_recompute_lock(conn, wait=False):
+            if not take_session_lock(conn, RECOMPUTE_LOCK):
                 log.warning("recompute: waiting for another recompute of everything to end")
-                take_recompute_lock(conn, wait=True)
+                take_session_lock(conn, RECOMPUTE_LOCK, wait=True)
             total = count_jobs(conn) if progress is not None else 0
             conn.commit()  # the session lock stays; no snapshot is held meanwhile
             try:
@@ -167,7 +168,7 @@ def recompute_all(url: str, settings: Settings, workers: int,
             finally:  # every chunk that committed, whether or not all did
                 with conn.begin():
                     drain_pending(conn)
-                release_recompute_lock(conn)
+                release_session_lock(conn, RECOMPUTE_LOCK)
                 conn.commit()
         return report
     finally:

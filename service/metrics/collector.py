@@ -110,7 +110,8 @@ class AggregatorCollector(Collector):
         if self._leader_conn is None:
             self._leader_conn = self.engine.connect()
         try:
-            got = state.try_export_lock(self._leader_conn) if not self.is_leader else True
+            got = state.take_session_lock(self._leader_conn,
+                                         state.EXPORT_LEADER_LOCK) if not self.is_leader else True
             self._leader_conn.commit()
         except Exception:
             self._leader_conn = None
@@ -123,7 +124,7 @@ class AggregatorCollector(Collector):
         """Give up leadership: unlock before the connection goes back to the pool."""
         if self._leader_conn is not None:
             try:
-                state.release_export_lock(self._leader_conn)
+                state.release_session_lock(self._leader_conn, state.EXPORT_LEADER_LOCK)
                 self._leader_conn.commit()
                 self._leader_conn.close()
             except Exception:

@@ -33,6 +33,7 @@ from ett_core.rollup import split_at_hours
 from ett_core.taxonomy import COMPONENTS, EFFECTIVE, UNREPORTED
 
 from . import copy_text as fmt
+from .state import RECOMPUTE_LOCK
 from .tables import MODEL_FIGURES, TEAM_COLUMNS
 
 # hour_us, component, phase, owner
@@ -376,7 +377,7 @@ def _team_keys(column: str, bucket: str) -> dict[str, str]:
 
 
 _TEAM_LEVELS = ("hourly", "daily")  # a team's weeks are read as days: 7 x 100 rows
-_TEAM_KEY = ", ".join(("hour", *TEAM_COLUMNS))
+_TEAM_KEY = ", ".join(_team_keys(*_BUCKETS["hourly"]))
 # A recompute's chunk notes its delta of the team rollups (docs below) instead of adding it.
 _HOLD_TEAMS = (f"INSERT INTO team_pending SELECT {_TEAM_KEY}, sum(settled), sum(unsettled)"
                f" FROM rollup_delta GROUP BY {_TEAM_KEY}")
@@ -391,10 +392,10 @@ def _upserts(held: bool) -> str:
         statements.append(_upsert(f"fleet_{level}", {column: bucket, **{k: k for k in _LABELS}},
                                   {"settled_gpu_us": "settled", "unsettled_gpu_us": "unsettled"}
                                   if hourly else _SUMS, grouped=not hourly))
-        if level in _TEAM_LEVELS and not held:
-            statements.append(_upsert(f"team_{level}", _team_keys(column, bucket), _SUMS))
-        elif hourly:
+        if held and hourly:  # noted once, by hour: the end sums the days from it too
             statements.append(_HOLD_TEAMS)
+        elif level in _TEAM_LEVELS and not held:
+            statements.append(_upsert(f"team_{level}", _team_keys(column, bucket), _SUMS))
         statements.append(_upsert(f"model_{level}", {column: bucket, "model": "model",
                                                      "team": "team"},
                                   dict(zip(MODEL_FIGURES, _MODEL_SUMS, strict=True))))
@@ -438,24 +439,9 @@ def apply_deltas(conn: Connection, deltas: Deltas, *, hold_teams: bool = False) 
 # Deltas commute, so adding them late is exact whatever ran in between: a live aggregator
 # replacing a job the recompute has stored adds its own delta, from the recompute's rows,
 # straight away. Until the end, the team rollups show the teams as they were before the
-# recompute (plus what live passes changed). The recompute holds RECOMPUTE_LOCK while it
-# holds deltas back; a pass that finds deltas pending and the lock free adds them (a
+# recompute (plus what live passes changed). The recompute holds `state.RECOMPUTE_LOCK`
+# while it holds deltas back; a pass that finds deltas pending and the lock free adds them (a
 # recompute stopped before its end, `drain_stopped`).
-RECOMPUTE_LOCK = 0x45_54_54_52  # "ETTR"
-
-
-def take_recompute_lock(conn: Connection, *, wait: bool) -> bool:
-    """Take RECOMPUTE_LOCK for this session (until `release_recompute_lock` or the session
-    ends); without `wait`, only if it is free. Whether it was taken."""
-    if wait:
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": RECOMPUTE_LOCK})
-        return True
-    return bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                             {"k": RECOMPUTE_LOCK}).scalar_one())
-
-
-def release_recompute_lock(conn: Connection) -> None:
-    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": RECOMPUTE_LOCK})
 
 # In the order every writer adds to them (`_APPLY`): hours, then days, each in key order.
 _DRAIN = ";\n".join([
@@ -477,7 +463,8 @@ def drain_pending(conn: Connection) -> None:
 
 def drain_stopped(conn: Connection) -> bool:
     """Add the deltas a recompute of everything held back and did not add because it
-    stopped first (none while one runs: it holds RECOMPUTE_LOCK); whether there were any."""
+    stopped first (none while one runs: it holds `state.RECOMPUTE_LOCK`); whether there
+    were any."""
     free = conn.execute(text(
         "SELECT CASE WHEN EXISTS (SELECT 1 FROM team_pending)"
         " THEN pg_try_advisory_xact_lock(:k) ELSE false END"), {"k": RECOMPUTE_LOCK}).scalar_one()

@@ -1,5 +1,6 @@
 """The service's own bookkeeping rows: the exported counters' high-water marks
-(`aggregator_state`), the export leadership lock, and the aggregation quarantine.
+(`aggregator_state`), the service's session locks (export leadership, a recompute of
+everything), and the aggregation quarantine.
 
 Every statement runs in the caller's transaction; none commits.
 """
@@ -15,20 +16,26 @@ from sqlalchemy import Connection, text
 
 # Only the holder of this session lock exports database-derived metrics (metrics/collector).
 EXPORT_LEADER_LOCK = 0x45_54_54_58  # "ETTX"
+# Held by a recompute of everything while it holds the team rollups' deltas back
+# (result_rows.drain_pending, service/aggregation/recompute.py).
+RECOMPUTE_LOCK = 0x45_54_54_52  # "ETTR"
 # An error can quote a whole statement; what an operator reads needs its first lines only.
 MAX_ERROR_CHARS = 2000
 
 
-# --- the export: leadership and counter marks -------------------------------------------
+# --- session locks, and the export's counter marks ---------------------------------------
 
-def try_export_lock(conn: Connection) -> bool:
-    """Take the export leadership (a session lock: held until released or disconnected)."""
-    return bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                             {"k": EXPORT_LEADER_LOCK}).scalar_one())
+def take_session_lock(conn: Connection, key: int, *, wait: bool = False) -> bool:
+    """Take the advisory lock `key` for this session (held until released or disconnected);
+    without `wait`, only if it is free. Whether it was taken."""
+    if wait:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        return True
+    return bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar_one())
 
 
-def release_export_lock(conn: Connection) -> None:
-    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": EXPORT_LEADER_LOCK})
+def release_session_lock(conn: Connection, key: int) -> None:
+    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 
 
 def read_state(conn: Connection, key: str) -> Any | None:

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from service.aggregation.chunks import every_job
 from service.results.windows import figure_groups, summarise
 from service.store import queries as q
-from service.store.result_rows import release_recompute_lock, take_recompute_lock
+from service.store.state import RECOMPUTE_LOCK, release_session_lock, take_session_lock
 from service.store.tables import MODEL_FIGURES
 from tests.factories import (
     BASE,
@@ -153,7 +153,7 @@ def test_a_recompute_adds_the_team_rollups_it_held_back_when_it_ends_or_at_the_n
     _fleet(api, agg)
     wipe_results(db_engine)
     with db_engine.connect() as recompute:
-        assert take_recompute_lock(recompute, wait=False)
+        assert take_session_lock(recompute, RECOMPUTE_LOCK)
         recompute.commit()
         agg.run_pass(recompute_all=True, chunks=every_job(db_engine, 4), hold_teams=True)
         # Live traffic: a job the recompute stored changes, and a new one arrives.
@@ -173,7 +173,7 @@ def test_a_recompute_adds_the_team_rollups_it_held_back_when_it_ends_or_at_the_n
             assert (kept == recomputed) != name.startswith("team_"), name
         # The recompute stops without adding them (the lock goes with its session; closing
         # the connection would free it only once the server has noticed).
-        release_recompute_lock(recompute)
+        release_session_lock(recompute, RECOMPUTE_LOCK)
         recompute.commit()
         agg.run_pass()
     with db_engine.connect() as conn:
