@@ -49,12 +49,13 @@ def every_job(engine: Engine, size: int, skip: Set[str] = frozenset()
     after, pending = "", []
     while True:
         with engine.connect() as conn:
-            page = store.jobs_with_models_after(conn, after, 5 * size)
+            page = store.job_ids_after(conn, after, 5 * size)
         if not page:
             break
-        after = page[-1][0]
-        # A job reporting two models is listed once per model, all in one page.
-        for job in dict.fromkeys(job for job, _model in page if job not in skip):
+        after = page[-1]
+        for job in page:
+            if job in skip:
+                continue
             pending.append(job)
             if len(pending) == size:
                 yield pending

@@ -26,7 +26,7 @@ READS: dict[str, tuple[str, dict[str, Any], bool]] = {
         (statements("service.store.queries:job_marks")[0], {"j": "job-a"}, False),
     "whether a job has events (store.queries.job_has_events)":
         (statements("service.store.queries:job_has_events")[0], {"j": "job-a"}, False),
-    "a recompute's job page (store.results.jobs_with_models_after)":
+    "a recompute's job page (store.results.job_ids_after)":
         (results._JOBS_AFTER, {"after": "", "n": 1000}, False),
     "ingest's probe for a stored copy (store.events.INSERT_SQL)":
         (events.INSERT_SQL, {"rows": orjson.dumps([[
