@@ -238,6 +238,8 @@ team_pending = Table(
     *(Column(label, Text, nullable=False) for label in TEAM_COLUMNS),
     Column("settled", Numeric(30, 0), nullable=False),
     Column("unsettled", Numeric(30, 0), nullable=False),
+    # Appended, summed once and emptied: a vacuum or analysis of it is wasted work.
+    postgresql_with={"autovacuum_enabled": "false"},
 )
 
 # A model's answer per hour, UTC day and UTC week (from Monday), per team it ran under:

@@ -30,6 +30,20 @@ def test_migrations_upgrade_downgrade_and_upgrade_again_with_no_drift(pg_server_
         engine.dispose()
 
 
+def test_storage_parameters_of_the_tables_are_the_migrations(db_engine) -> None:
+    # Alembic's drift check compares columns and indexes, not a table's WITH (...).
+    from service.store.tables import metadata
+
+    declared = {(t.name, f"{k}={v}") for t in metadata.tables.values()
+                for k, v in (t.dialect_options["postgresql"]["with"] or {}).items()}
+    assert ("team_pending", "autovacuum_enabled=false") in declared
+    with db_engine.connect() as conn:
+        stored = {(name, option) for name, options in conn.execute(text(
+            "SELECT relname, reloptions FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+            " AND relkind IN ('r', 'p') AND reloptions IS NOT NULL")) for option in options}
+    assert declared <= stored
+
+
 def test_there_is_exactly_one_head() -> None:
     assert migrate.head_revision()
 
