@@ -132,7 +132,9 @@ class Postgres:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def create_database(self, prefix: str) -> str:
+    def create_database(self, prefix: str, template: str | None = None) -> str:
+        """A new database, migrated; with `template` (a database's URL, with no one
+        connected), a copy of that database."""
         from service.store import migrate
         from service.store.engine import make_engine
 
@@ -140,8 +142,9 @@ class Postgres:
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
         admin = create_engine(make_url(self.server_url).set(database="postgres"),
                               isolation_level="AUTOCOMMIT")
+        copied = f' TEMPLATE "{make_url(template).database}"' if template else ""
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            conn.execute(text(f'CREATE DATABASE "{name}"{copied}'))
         admin.dispose()
         url = make_url(self.server_url).set(database=name).render_as_string(hide_password=False)
         engine = make_engine(url, pool_size=2)

@@ -15,8 +15,9 @@ into the partitioned `events` (bench/fleet.py), then, in one run on one database
   rows each leaves.
 
 `--scale S` runs S of the 180 days (same 500 models) for development; the full size is
-hours on a 2-core machine. The recompute and the scan run once each at full size (`runs`
-pairs with `--runs`); reads are medians of several requests.
+hours on a 2-core machine. The recompute and the scan run once each at full size; `--runs N`
+measures N pairs, each on its own copy of the loaded database (`CREATE DATABASE ...
+TEMPLATE`), so that every recompute is a first one. Reads are medians of several requests.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import httpx
 from sqlalchemy import text
 
 from . import fleet
-from .aggregation import settle
 from .common import (
     ADMIN_TOKEN,
     Postgres,
@@ -326,20 +326,29 @@ def run(pg: Postgres, quick: bool, scale: float | None = None,
          f" (heap {disk['heap_bytes_per_event']}, key {disk['index_bytes_per_event']})")
     workers = min(4, os.cpu_count() or 1)
     scans, fulls, rss, jobs = [], [], [], 0
+    loaded = url
     for k in range(runs):
-        # The load ends with VACUUM ANALYZE and a scan leaves no dead rows: at full size
-        # (hours on 2 cores) only a repeated pair needs the tables settled again.
-        if k:
-            settle(url)
+        # Each pair of a repeated measurement runs on its own copy of the loaded database
+        # (made once its predecessor is dropped): every recompute is a first one, as the target
+        # means, over results that nothing wrote before. One pair runs on it directly.
+        if runs > 1:
+            engine.dispose()
+            if k:
+                pg.drop_database(url)
+            url = pg.create_database("bench_f180_run", template=loaded)
+            engine = make_engine(url, pool_size=2, statement_timeout_ms=0)
         s = run_json(["bench.agg_worker", "scan", url])
         _say(f"scan {s['seconds']:.1f} s ({s['rows']} rows)")
         f = run_json(["bench.agg_worker", "full", url, now.isoformat(), str(workers)])
         _say(f"full recompute {f['seconds']:.1f} s with {workers} processes ({f['jobs']} jobs,"
-             f" {f['failed']} failed), peak RSS {f['peak_rss_mb']:.0f} MB")
+             f" {f['failed']} failed), peak RSS {f['peak_rss_mb']:.0f} MB;"
+             f" {f['seconds'] / s['seconds']:.2f}x")
         scans.append(s["seconds"])
         fulls.append(f["seconds"])
         rss.append(f["peak_rss_mb"])
         jobs = f["jobs"]
+    if runs > 1:
+        pg.drop_database(loaded)
     with engine.begin() as conn:  # what ingest's claims would have left (COPY skips them)
         conn.execute(text("INSERT INTO job_owners SELECT job_id, model, team FROM jobs"
                           " ON CONFLICT DO NOTHING"))
