@@ -28,6 +28,9 @@ class Settings(BaseSettings):
 
     aggregate_interval_s: float = Field(default=30.0, gt=0)
     aggregate_batch_jobs: int = Field(default=200, ge=1)
+    # A recompute of everything commits fewer, larger chunks: each one's fixed statements
+    # are paid less often (docs/performance.md, aggregation round 11).
+    recompute_batch_jobs: int = Field(default=500, ge=1)
 
     max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     max_batch_events: int = Field(default=5000, ge=1)

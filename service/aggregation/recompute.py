@@ -111,7 +111,7 @@ def _run_workers(url: str, settings: Settings, workers: int, total: int,
                  now: datetime | None) -> PassReport:
     ctx = mp.get_context("spawn")  # no forked copies of this process's connections
     updates, chunks = ctx.Queue(), ctx.Queue(maxsize=2 * workers)
-    feeder = _Feeder(url, settings.aggregate_batch_jobs, chunks, workers)
+    feeder = _Feeder(url, settings.recompute_batch_jobs, chunks, workers)
     counts: dict[int, int] = {}
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init,
                              initargs=(updates, chunks)) as pool:

@@ -88,7 +88,9 @@ def test_a_recompute_over_processes_equals_one_process(
     now = CUT + timedelta(minutes=3)
     one = _from_nothing(db_engine, now, 600.0)
     wipe_results(db_engine)
-    settings = Settings(database_url=database_url, heartbeat_timeout_s=600.0)
+    # Small chunks: every worker takes several.
+    settings = Settings(database_url=database_url, heartbeat_timeout_s=600.0,
+                        recompute_batch_jobs=2)
     seen: list[tuple[int, int]] = []
     report = recompute_all(database_url, settings, 3, lambda d, t: seen.append((d, t)),
                            now=now)
