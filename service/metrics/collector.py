@@ -110,8 +110,8 @@ class AggregatorCollector(Collector):
         if self._leader_conn is None:
             self._leader_conn = self.engine.connect()
         try:
-            got = state.take_session_lock(self._leader_conn,
-                                         state.EXPORT_LEADER_LOCK) if not self.is_leader else True
+            got = self.is_leader or state.take_session_lock(self._leader_conn,
+                                                            state.EXPORT_LEADER_LOCK)
             self._leader_conn.commit()
         except Exception:
             self._leader_conn = None

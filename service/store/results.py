@@ -74,8 +74,9 @@ _JOB_IDS_AFTER = """
         SELECT (SELECT min(job_id) FROM events WHERE job_id > j.id)
         FROM j WHERE j.id IS NOT NULL
     )"""
-# A page: each source gives its first :n jobs, so the union's first :n are complete. The
-# ids only: a probe for each job's model besides cost a third of the page.
+# A page: each source gives its first :n jobs, so the union's first :n are complete. Ids
+# only: the workers need nothing else, and a probe of each job's model would cost a third
+# of the page.
 _JOBS_AFTER = _JOB_IDS_AFTER + """
     SELECT id FROM ((SELECT id FROM j WHERE id IS NOT NULL LIMIT :n)
                     UNION (SELECT job_id FROM jobs WHERE job_id > :after ORDER BY job_id LIMIT :n)
