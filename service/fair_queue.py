@@ -1,4 +1,4 @@
-"""Who goes next at ingest when the event loop is behind: a fair queue across tokens.
+"""Who goes next at ingest when the process is behind: a fair queue across tokens.
 
 The in-flight limits (`service.ingest.InFlightLimit`) bound how many requests a token holds,
 not how much of the process's time it takes: a token sending at ten times its share of a
@@ -6,14 +6,21 @@ loaded process's rate filled the loop's queue with its requests, and every other
 requests waited behind them (1.3-15 s p99 in `bench/small_writers.py`'s fairness case).
 
 Each token's recent rate is counted (requests let in, decayed with a half-life of
-`HALF_LIFE_S`). While the loop is behind (`busy()`: the loop-lag probe, `service.loop_lag`,
-saw a callback run late by at least `ETT_INGEST_FAIR_LAG_MS`), a request whose token's
-recent rate is at least its share waits; a token's share is `SHARE_FACTOR` times the mean
-recent rate of the other tokens, and at least `MIN_SHARE` (about 11 requests a second). The
-waiting requests are let in one token at a time, in turn (round robin across tokens, each
-token's own in arrival order), as the loop catches up or their token's rate falls within
-its share, and in any case after `max_wait_s`, so that no request waits for ever. While a
-token's keep-alive connections wait, it sends nothing more: the loop is left to the others.
+`HALF_LIFE_S`). While the process is behind (`busy()`: the event loop runs late, or its
+group commits take longer than their recent best; `Ingestion.behind` in `service.ingest`),
+a request whose token's recent rate is at least its share waits; a token's share is
+`SHARE_FACTOR` times the mean recent rate of the other tokens, and at least `MIN_SHARE`
+(about 11 requests a second). The waiting requests are let in one token at a time, in turn
+(round robin across tokens, each token's own in arrival order), as the process catches up
+or their token's rate falls within its share, and in any case after `max_wait_s`, so that
+no request waits for ever. While a token's keep-alive connections wait, it sends nothing
+more: the process is left to the others.
+
+The share is close to an equal one (1.25 times the others' mean, not twice it): a greedy
+client is limited by its own connections, each waiting for its answer like everyone else's,
+and at twice the others' mean it still took the process past what it can serve, so every
+token's requests queued (docs/performance.md, "Many small writers", round 7). Tokens of
+equal rates are not held: their decayed counts differ by a few percent.
 
 Concurrency is no measure of share here: when every request is late, every token holds
 many, and a greedy token is capped by its own connections.
@@ -28,7 +35,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-SHARE_FACTOR = 2.0
+SHARE_FACTOR = 1.25
 HALF_LIFE_S = 0.5
 # In decayed requests: a steady rate r holds about r * HALF_LIFE_S / ln 2 of them.
 MIN_SHARE = 8.0
@@ -63,7 +70,7 @@ class FairQueue:
         return self._decayed(value, at, now)
 
     def share(self, token: str, now: float | None = None) -> float:
-        """The recent count `token` may reach while the loop is behind: a multiple of the
+        """The recent count `token` may reach while the process is behind: a multiple of the
         other tokens' mean; no limit when there is no other."""
         now = self._clock() if now is None else now
         others = len(self._recent) - (token in self._recent)

@@ -53,7 +53,8 @@ class IngestLimits:
     max_in_flight_bytes: int
     max_in_flight_per_token: int
     body_deadline_s: float
-    # The fair queue across tokens: held while the loop is this late, at most this long.
+    # The fair queue across tokens: held while the loop is this late, or the group commits
+    # this much slower than their recent best, at most this long.
     fair_lag_s: float
     fair_max_wait_s: float
     # The work budget of one OTLP request, counted before any span is mapped.
@@ -62,6 +63,7 @@ class IngestLimits:
     # Decoding and validation run in this many processes, with this many requests waiting.
     work_processes: int
     work_queue: int
+    fair_store_lag_s: float = 0.0
 
     @classmethod
     def from_settings(cls, s: Settings) -> IngestLimits:
@@ -77,6 +79,7 @@ class IngestLimits:
             body_deadline_s=s.ingest_body_deadline_s,
             fair_lag_s=s.ingest_fair_lag_ms / 1000,
             fair_max_wait_s=s.ingest_fair_max_wait_ms / 1000,
+            fair_store_lag_s=s.ingest_fair_store_lag_ms / 1000,
             max_spans=s.otlp_max_spans,
             max_attributes=s.otlp_max_attributes,
             work_processes=s.work_processes,
@@ -272,13 +275,19 @@ class Ingestion:
                                        limits.max_in_flight_per_token)
         self.claims = ClaimCache()
         self.deadlines = BodyDeadlines(limits.body_deadline_s)
-        fair_lag_s = limits.fair_lag_s
-        self.fair = FairQueue(
-            lambda: fair_lag_s > 0 and self.loop_lag.lag_s >= fair_lag_s,
-            max_wait_s=limits.fair_max_wait_s, clock=time.monotonic)
+        self.fair = FairQueue(self.behind, max_wait_s=limits.fair_max_wait_s,
+                              clock=time.monotonic)
         self.loop_lag = LoopLag(on_tick=self.fair.tick)
         self.work = WorkPool(limits.work_processes, limits.work_queue, processes=True,
                              preload=(__name__,))
+
+    def behind(self) -> bool:
+        """Whether the process is behind, so that a greedy token waits its turn: its event
+        loop runs `fair_lag_s` late, or its group commits take `fair_store_lag_s` longer
+        than their recent best (`service.store_lag`); either 0 leaves its signal out."""
+        limits = self.limits
+        return (0 < limits.fair_lag_s <= self.loop_lag.lag_s
+                or 0 < limits.fair_store_lag_s <= self.pool.store_lag.behind_s)
 
     def turn(self, token: str) -> Awaitable[None] | None:
         """None when `token`'s request may go to work now (the usual answer, given without

@@ -62,8 +62,15 @@ class Settings(BaseSettings):
     ingest_fair_lag_ms: float = Field(
         default=10.0, ge=0,
         description="while the event loop runs this late, a token whose recent rate of ingest"
-                    " requests is at least twice the other tokens' mean waits its turn"
-                    " (0: never)",
+                    " requests is at least 1.25 times the other tokens' mean waits its turn"
+                    " (0: the loop's lateness is not a signal)",
+    )
+    ingest_fair_store_lag_ms: float = Field(
+        default=10.0, ge=0,
+        description="while the group commits take this much longer than their best of the"
+                    " last one to two minutes, a token sending at 1.25 times the"
+                    " other tokens' mean rate waits its turn, as with ETT_INGEST_FAIR_LAG_MS"
+                    " (0: the store's lag is not a signal)",
     )
     ingest_fair_max_wait_ms: float = Field(
         default=1000.0, ge=0,

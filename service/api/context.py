@@ -102,7 +102,8 @@ def build_context(
         on_outcome=lambda o: http_metrics.count_batch(o.accepted, o.duplicates,
                                                       len(o.rejected)),
         owner_of=taxonomy.team_of_model, span_mapping=load_mapping(s.otlp_mapping))
-    watch_event_loop(registry, lambda: ingestion.loop_lag.lag_s, lambda: ingestion.fair.held)
+    watch_event_loop(registry, lambda: ingestion.loop_lag.lag_s, lambda: ingestion.fair.held,
+                     lambda: pool.store_lag.behind_s)
     aggregator = build_aggregator(s, engine, taxonomy) if with_aggregator else None
     collector = None
     if export_aggregates and aggregator is not None:

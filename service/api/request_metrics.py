@@ -101,16 +101,20 @@ class _Waits(Collector):
     def collect(self) -> Iterator[CounterMetricFamily]:
         yield CounterMetricFamily(
             "ett_ingest_fair_waits", "Ingest requests that waited for their token's turn"
-            " (the fair queue across tokens, while the event loop was behind).",
+            " (the fair queue across tokens, while the process was behind).",
             value=self._held())
 
 
 def watch_event_loop(registry: CollectorRegistry, lag_s: Callable[[], float],
-                     held: Callable[[], int]) -> None:
-    """The event loop's lateness and the fair queue's waits, read when scraped."""
+                     held: Callable[[], int], store_behind_s: Callable[[], float]) -> None:
+    """The event loop's and the group commits' lateness, and the fair queue's waits, read
+    when scraped."""
     Gauge("ett_event_loop_lag_seconds", "How late the event loop last ran a callback asked"
           " for every 10 ms (the loop's own queueing delay).",
           registry=registry).set_function(lag_s)
+    Gauge("ett_ingest_store_lag_seconds", "How much longer the latest group commits took,"
+          " from their first batch to their COMMIT, than the quickest of the last one to two"
+          " minutes.", registry=registry).set_function(store_behind_s)
     registry.register(_Waits(held))
 
 

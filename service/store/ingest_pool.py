@@ -47,6 +47,7 @@ from sqlalchemy.engine import make_url
 
 from service.errors import Unavailable
 from service.settings import Settings
+from service.store_lag import StoreLag
 
 from .copy_text import EventRows
 from .events import Admit, store_group_async, store_rows_async
@@ -74,15 +75,18 @@ class _Group:
     waiting: list[asyncio.Future[int]] = field(default_factory=list)
     rows: int = 0
     timer: asyncio.TimerHandle | None = None
+    opened: float = 0.0  # when its first batch came (the loop's clock)
 
 
 class GroupCommit:
     """Gathers the batches of one event loop into groups and has `store_group` store each."""
 
-    def __init__(self, store_group: StoreGroup, *, window_s: float, max_rows: int) -> None:
+    def __init__(self, store_group: StoreGroup, *, window_s: float, max_rows: int,
+                 lag: StoreLag | None = None) -> None:
         self._store_group = store_group
         self.window_s = window_s
         self.max_rows = max_rows
+        self.lag = lag or StoreLag()
         self._open: _Group | None = None
         self._committing: set[asyncio.Task[None]] = set()
 
@@ -91,7 +95,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         group = self._open
         if group is None:
-            group = self._open = _Group()
+            group = self._open = _Group(opened=loop.time())
             group.timer = loop.call_later(self.window_s, self._close, group)
         done: asyncio.Future[int] = loop.create_future()
         group.parts.append(rows)
@@ -116,6 +120,8 @@ class GroupCommit:
             answers = await self._store_group(group.parts)
         except BaseException as exc:  # every waiter must hear of it
             answers = [exc] * len(group.parts)
+        now = asyncio.get_running_loop().time()
+        self.lag.observe(now - group.opened, now)
         for done, answer in zip(group.waiting, answers, strict=True):
             if done.done():
                 continue  # the request went away (its client hung up)
@@ -156,6 +162,8 @@ class IngestPool:
         self._group_max_rows = group_max_rows
         self._store_deadline_s = store_deadline_s
         self._idle: list[psycopg.AsyncConnection] = []
+        # Kept across loops (`_adopt`): the fair queue reads it (`service.ingest`).
+        self.store_lag = StoreLag()
         # Made on first use by the loop that serves the requests (and again should another
         # loop take over, as each of a test client's portals runs its own): the
         # connections, the semaphore and the open group belong to one loop.
@@ -167,7 +175,7 @@ class IngestPool:
         if self._group_window_s <= 0 or self._group_max_rows <= 1:
             return None
         return GroupCommit(self._store_group, window_s=self._group_window_s,
-                           max_rows=self._group_max_rows)
+                           max_rows=self._group_max_rows, lag=self.store_lag)
 
     async def store(self, rows: EventRows, admit: Admit | None = None,
                     default_team: str | None = None) -> int:

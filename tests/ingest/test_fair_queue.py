@@ -155,3 +155,20 @@ def test_tokens_gone_quiet_are_forgotten_and_hold_nobody_back() -> None:
             assert s.enter("hog", f"h{i}") is None
 
     asyncio.run(scene())
+
+
+def test_a_token_at_one_and_a_half_times_the_others_mean_waits_and_equal_ones_do_not() -> None:
+    async def scene() -> None:
+        s = Scene()
+        for i in range(30):
+            s.enter("big", f"warm-big{i}")
+        for t in "bcd":
+            for i in range(20):
+                assert s.enter(t, f"warm-{t}{i}") is None
+        s.busy = True
+        # 30 against the others' 20: at 1.5 times their mean, over its share.
+        assert s.enter("big", "big0") is not None
+        # Three tokens at 20 each, within a request of one another: each within its share.
+        assert all(s.enter(t, f"{t}0") is None for t in "bcd")
+
+    asyncio.run(scene())

@@ -137,3 +137,19 @@ def test_a_lone_batch_that_meets_a_stored_event_falls_back_as_a_group_does(
         outcomes.append((answers, *_stored(db_engine)))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] == [[0], [2]] and len(outcomes[0][1]) == 3
+
+
+def test_each_committed_group_is_timed_from_its_first_batch_for_the_fair_queue(
+        db_engine, database_url) -> None:
+    async def scene() -> tuple[float, float]:
+        pool = IngestPool(database_url, size=2, timeout_s=5, statement_timeout_ms=10_000,
+                          group_window_s=0.05, group_max_rows=10_000)
+        try:
+            await pool.store(_rows([event("heartbeat", 1, job_id="timed")]))
+            return pool.store_lag.lag_s, pool.store_lag.floor_s
+        finally:
+            await pool.close()
+
+    lag, floor = asyncio.run(scene())
+    # The group waited its whole window (50 ms) for others before its COPY and COMMIT.
+    assert 0.05 <= lag < 5 and floor == lag
