@@ -38,6 +38,11 @@ class Principal:
     token_id: str
     team: str | None = None
     model_patterns: tuple[str, ...] = field(default_factory=tuple)
+    # What validation decided for this token's events by (model, team sent, scheduler or
+    # not, the model's configured owner): each answer depends on those and on the fields
+    # above only, and a token's events repeat them all day (`service.wire.batch`).
+    verdicts: dict[tuple[str, str | None, bool, str | None], tuple[str | None, str | None]] = (
+        field(default_factory=dict, compare=False, repr=False))
 
     @property
     def is_admin(self) -> bool:

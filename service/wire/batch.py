@@ -46,6 +46,8 @@ from .rejections import every_error
 _KNOWN_NAMES: set[str] = set()
 _new_row = tuple.__new__
 MAX_KNOWN_NAMES = 100_000
+# A principal's remembered verdicts (`WriteScope.verdicts`), cleared when full.
+MAX_VERDICTS = 1024
 # What `datetime.fromisoformat` and PostgreSQL's timestamptz input read identically, already
 # in UTC, to the microsecond: stored as sent. Other offsets take the slow path (normalised).
 _UTC_TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|\+00:00)")
@@ -63,6 +65,10 @@ class WriteScope(Protocol):
 
     @property
     def default_team(self) -> str | None: ...
+
+    @property
+    def verdicts(self) -> dict[tuple[str, str | None, bool, str | None],
+                               tuple[str | None, str | None]]: ...
 
 
 def default_team_of(principal: WriteScope, team: str | None,
@@ -158,14 +164,30 @@ def timedelta_of(seconds: float) -> timedelta:
 
 
 def _scope_error(principal: WriteScope, model: str, team: str | None, scheduler: bool,
-                 owner_of: Callable[[str], str | None]) -> str | None:
+                 owner: str | None) -> str | None:
     if scheduler:
         # A trainer must not be able to speak for the scheduler (docs/security.md).
         return None if principal.may_write_scheduler(model) else (
             "attrs.source: only an adapter or admin token may send scheduler events")
     if not principal.may_write(model):
         return f"model: this token may not write model {model!r}"
-    return principal.team_claim_error(model, team, owner_of(model))
+    return principal.team_claim_error(model, team, owner)
+
+
+def _verdict(principal: WriteScope, key: tuple[str, str | None, bool, str | None]
+             ) -> tuple[str | None, str | None]:
+    """The team an event of `key` (model, team sent, scheduler or not, the model's
+    configured owner) is stored with, and why the principal may not write it (or None)."""
+    verdicts = principal.verdicts
+    verdict = verdicts.get(key)
+    if verdict is None:
+        model, sent, scheduler, owner = key
+        team = default_team_of(principal, sent, owner)
+        verdict = (team, _scope_error(principal, model, team, scheduler, owner))
+        if len(verdicts) >= MAX_VERDICTS:
+            verdicts.clear()
+        verdicts[key] = verdict
+    return verdict
 
 
 def validate_batch(
@@ -181,7 +203,6 @@ def validate_batch(
     seen: set[tuple[object, ...]] = set()
     indices: list[int] = []
     names = _KNOWN_NAMES
-    scope: dict[tuple[str, str | None, bool], str | None] = {}
     duplicates = 0
     lo, hi = now - timedelta_of(max_age_s), now + timedelta_of(max_future_s)
     for index, obj in enumerate(raw):
@@ -198,15 +219,11 @@ def validate_batch(
                     obj, exc, now=now, max_future_s=max_future_s, max_age_s=max_age_s,
                     window=window)})
                 continue
-        if row.team is None and principal.default_team is not None:
-            filled = default_team_of(principal, None, owner_of(row.model))
-            if filled is not None:
-                row = row._replace(team=filled)
-        model, team = row.model, row.team
-        key = (model, team, is_scheduler_event(obj))
-        if key not in scope:
-            scope[key] = _scope_error(principal, model, team, key[2], owner_of)
-        error = scope[key]
+        model = row.model
+        team, error = _verdict(principal, (model, row.team, is_scheduler_event(obj),
+                                           owner_of(model)))
+        if team != row.team:  # the token's own team, for an event that named none
+            row = _new_row(EventRow, (*row[:8], team, *row[9:]))
         if error is not None:
             rejected.append({"index": index, "error": error})
             forbidden.append(error)
