@@ -26,6 +26,8 @@ Concurrency is no measure of share here: when every request is late, every token
 many, and a greedy token is capped by its own connections.
 
 A single token (one fleet behind one token) is never held: there is no other to wait for.
+The others are the tokens active now: one with no request let in for `QUIET_S` is
+forgotten at once, not when its decayed count has faded.
 Only the event loop's thread touches the queue, so plain containers need no lock.
 """
 
@@ -39,8 +41,11 @@ SHARE_FACTOR = 1.25
 HALF_LIFE_S = 0.5
 # In decayed requests: a steady rate r holds about r * HALF_LIFE_S / ln 2 of them.
 MIN_SHARE = 8.0
-# A token whose decayed count falls below this is no longer counted among the active.
-FORGOTTEN = 0.05
+# A token that has had no request let in for this long is no longer counted among the
+# active: it competes with nobody now. Its decayed count would otherwise linger for seconds,
+# and, near zero, pull the others' mean down so that the one token still sending looked
+# greedy (held whenever the process was behind, right after the others went quiet).
+QUIET_S = 0.25
 
 
 class FairQueue:
@@ -53,7 +58,6 @@ class FairQueue:
         # (which decays at the same rate, so it stays exact).
         self._recent: dict[str, tuple[float, float]] = {}
         self._sum, self._sum_at = 0.0, clock()
-        self._pruned_at = self._sum_at
         # A token's waiting requests (when each began to wait, and its turn), in arrival
         # order; the dict's order is the rotation: the token let in last goes to its end.
         self.waiting: dict[str, deque[tuple[float, asyncio.Future[None]]]] = {}
@@ -127,19 +131,18 @@ class FairQueue:
         return let
 
     def tick(self) -> None:
-        """Periodically (the loop-lag probe's tick): let in who may go now, and once per
-        half-life forget the tokens that have gone quiet."""
+        """Periodically (the loop-lag probe's tick): forget the tokens that have gone
+        quiet, then let in who may go now."""
+        now = self._clock()
+        quiet = now - QUIET_S
+        for token, (value, at) in list(self._recent.items()):
+            if at <= quiet and token not in self.waiting:
+                del self._recent[token]
+                left = self._decayed(value, at, now)
+                self._sum = max(0.0, self._decayed(self._sum, self._sum_at, now) - left)
+                self._sum_at = now
         if self.waiting:
             self.let_in()
-        now = self._clock()
-        if now - self._pruned_at >= HALF_LIFE_S:
-            self._pruned_at = now
-            for token, (value, at) in list(self._recent.items()):
-                left = self._decayed(value, at, now)
-                if left < FORGOTTEN and token not in self.waiting:
-                    del self._recent[token]
-                    self._sum = max(0.0, self._decayed(self._sum, self._sum_at, now) - left)
-                    self._sum_at = now
 
     def _count(self, token: str, now: float) -> None:
         # `recent` and `_decayed` inlined: this runs for every request let in.

@@ -172,3 +172,23 @@ def test_a_token_at_one_and_a_half_times_the_others_mean_waits_and_equal_ones_do
         assert all(s.enter(t, f"{t}0") is None for t in "bcd")
 
     asyncio.run(scene())
+
+
+def test_the_token_still_sending_after_the_others_went_quiet_is_not_held() -> None:
+    async def scene() -> None:
+        s = Scene()
+        for t in "bcd":
+            for i in range(20):
+                s.enter(t, f"warm-{t}{i}")
+        s.now = 0.1
+        for i in range(20):
+            s.enter("a", f"warm-a{i}")
+        # b, c and d stop; a goes on, and the process falls behind. Their decayed counts
+        # would linger for seconds and make a look greedy: quiet tokens compete with nobody.
+        s.busy = True
+        s.now = 0.4
+        s.queue.tick()
+        assert all(s.enter("a", f"a{i}") is None for i in range(100))
+        assert s.queue.held == 0
+
+    asyncio.run(scene())
