@@ -248,6 +248,13 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
         _open(ett, tokens, [1.0] * 10, clients, 0.4 * rate1,
               max(2.0, 1.5 * clients / (0.4 * rate1)), 1, "fair")
         share = 0.8 * rate1 / 10
+        # For reference, not judged: the nine others alone, at their share (the tenth token
+        # at a thousandth of it), so that what the greedy token adds can be told from what
+        # the process gives those nine by themselves.
+        _checkpoint(url_ett)
+        alone = _open(ett, tokens, [1.0] * 10, clients, share * 9.001, seconds, 1, "fair",
+                      rates=[0.001] + [1.0] * 9)
+        alone_p99 = [nearest_rank(lat, 0.99) for lat in alone["latencies_ms"][1:]]
         _checkpoint(url_ett)
         waits_before = _fair_waits(ett)
         fair = _open(ett, tokens, [1.0] * 10, clients, share * 19, seconds, 1, "fair",
@@ -262,18 +269,21 @@ def run(pg: Postgres, quick: bool) -> dict[str, Any]:
             if len(by_token) > 1 else {}
         figures["fairness"] = {"share_rps": round(share, 1), "others_p99_ms": others,
                                "hog_p99_ms": hog_p99, "hog_answered": len(fair["latencies_ms"][0]),
-                               "held": held,
+                               "held": held, "others_alone_p99_ms": alone_p99,
+                               "others_alone_load_1m": alone["load_1m"],
                                "others_parts_p99_ms": others_parts,
                                "generator_cpu_s": round(fair["cpu_s"], 1),
                                "errors": fair["errors"], "load_1m": fair["load_1m"]}
         print(f"fairness: 9 tokens at {share:.0f}/s each, one at {10 * share:.0f}/s: the"
               f" others' p99 up to {max(others):.1f} ms (their parts' p99 at most:"
               f" {others_parts}), the hog's {hog_p99:.1f} ms, the fair queue held {held}"
-              f" requests, errors {fair['errors']}")
+              f" requests, errors {fair['errors']}; the nine alone, for reference: p99 up to"
+              f" {max(alone_p99):.1f} ms")
         targets.append((f"one token at 10x its share: every other token's p99 <="
                         f" {TARGET_P99_MS:.0f} ms",
                         f"others' p99 {min(others):.1f}-{max(others):.1f} ms (hog"
-                        f" {hog_p99:.1f} ms, answers other than 202 {fair['errors']})",
+                        f" {hog_p99:.1f} ms, answers other than 202 {fair['errors']}; the"
+                        f" nine alone {max(alone_p99):.1f} ms)",
                         judged and max(others) <= TARGET_P99_MS))
     pg.drop_database(url_ett)
     pg.drop_database(url_naive)
