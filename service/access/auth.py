@@ -18,6 +18,7 @@ shows as 503 (retry), never as 401 (drop).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -114,6 +115,10 @@ class Authenticator:
         self._admin = admin_token.encode() if admin_token else None
         self._lookup = lookup
         self._peek = peek
+        # Lookups under way on the event loop, by header: the requests of one token that
+        # find its entry expired together (a fleet's connections after a quiet spell) wait
+        # for one worker thread's answer instead of taking a thread each.
+        self._resolving: dict[str, asyncio.Future[Principal]] = {}
 
     @property
     def has_lookup(self) -> bool:
@@ -155,9 +160,22 @@ class Authenticator:
         """`resolve()` from the event loop: answered there when it needs no database, else
         in a worker thread (a slow database never blocks the loop)."""
         principal = self.resolve_now(header)
-        if principal is None:
-            principal = await run_in_threadpool(self.resolve, header)
-        return principal
+        if principal is not None:
+            return principal
+        assert header is not None  # resolve_now refused a missing one
+        shared = self._resolving.get(header)
+        if shared is None or shared.get_loop() is not asyncio.get_running_loop():
+            shared = asyncio.ensure_future(run_in_threadpool(self.resolve, header))
+            self._resolving[header] = shared
+            shared.add_done_callback(lambda done: self._resolved(header, done))
+        # Shielded: a request that goes away does not cancel the others' lookup.
+        return await asyncio.shield(shared)
+
+    def _resolved(self, header: str, done: asyncio.Future[Principal]) -> None:
+        if self._resolving.get(header) is done:
+            del self._resolving[header]
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every waiter may have gone away
 
     def require_admin(self, header: str | None) -> Principal:
         principal = self.authenticate(header)
