@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 import psycopg
+from prometheus_client.parser import text_string_to_metric_families
 
 from .common import (
     ADMIN_TOKEN,
@@ -142,8 +143,9 @@ def _fair_waits(srv: Serve) -> float:
     """`ett_ingest_fair_waits_total`: requests the fair queue has held so far."""
     text = httpx.get(srv.url + "/metrics", timeout=10,
                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).text
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("ett_ingest_fair_waits_total"))
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               if family.name == "ett_ingest_fair_waits" for sample in family.samples
+               if sample.name == "ett_ingest_fair_waits_total")
 
 
 def _writer_tokens(url: str, n: int) -> list[str]:

@@ -54,8 +54,9 @@ class FairQueue:
         self._busy = busy
         self.max_wait_s = max_wait_s
         self._clock = clock
-        # Each token's decayed count of requests let in, as of an instant; and their sum
-        # (which decays at the same rate, so it stays exact).
+        # Each token's decayed count of requests let in, as of an instant (the last one let
+        # in), in the order of those instants, so the quiet are found at its front; and
+        # their sum (which decays at the same rate, so it stays exact).
         self._recent: dict[str, tuple[float, float]] = {}
         self._sum, self._sum_at = 0.0, clock()
         # A token's waiting requests (when each began to wait, and its turn), in arrival
@@ -135,18 +136,23 @@ class FairQueue:
         quiet, then let in who may go now."""
         now = self._clock()
         quiet = now - QUIET_S
-        for token, (value, at) in list(self._recent.items()):
-            if at <= quiet and token not in self.waiting:
-                del self._recent[token]
-                left = self._decayed(value, at, now)
-                self._sum = max(0.0, self._decayed(self._sum, self._sum_at, now) - left)
-                self._sum_at = now
+        gone = []
+        for token, (_value, at) in self._recent.items():  # oldest first: stop at the active
+            if at > quiet:
+                break
+            if token not in self.waiting:
+                gone.append(token)
+        for token in gone:
+            value, at = self._recent.pop(token)
+            left = self._decayed(value, at, now)
+            self._sum = max(0.0, self._decayed(self._sum, self._sum_at, now) - left)
+            self._sum_at = now
         if self.waiting:
             self.let_in()
 
     def _count(self, token: str, now: float) -> None:
         # `recent` and `_decayed` inlined: this runs for every request let in.
-        value, at = self._recent.get(token, (0.0, now))
+        value, at = self._recent.pop(token, (0.0, now))  # re-inserted last: the newest
         self._recent[token] = (value * 0.5 ** ((now - at) / HALF_LIFE_S) + 1.0, now)
         self._sum = self._sum * 0.5 ** ((now - self._sum_at) / HALF_LIFE_S) + 1.0
         self._sum_at = now

@@ -56,6 +56,7 @@ class IngestLimits:
     # The fair queue across tokens: held while the loop is this late, or the group commits
     # this much slower than their recent best, at most this long.
     fair_lag_s: float
+    fair_store_lag_s: float
     fair_max_wait_s: float
     # The work budget of one OTLP request, counted before any span is mapped.
     max_spans: int
@@ -63,7 +64,6 @@ class IngestLimits:
     # Decoding and validation run in this many processes, with this many requests waiting.
     work_processes: int
     work_queue: int
-    fair_store_lag_s: float = 0.0
 
     @classmethod
     def from_settings(cls, s: Settings) -> IngestLimits:
@@ -78,8 +78,8 @@ class IngestLimits:
             max_in_flight_per_token=s.ingest_max_in_flight_per_token,
             body_deadline_s=s.ingest_body_deadline_s,
             fair_lag_s=s.ingest_fair_lag_ms / 1000,
-            fair_max_wait_s=s.ingest_fair_max_wait_ms / 1000,
             fair_store_lag_s=s.ingest_fair_store_lag_ms / 1000,
+            fair_max_wait_s=s.ingest_fair_max_wait_ms / 1000,
             max_spans=s.otlp_max_spans,
             max_attributes=s.otlp_max_attributes,
             work_processes=s.work_processes,

@@ -82,11 +82,11 @@ class GroupCommit:
     """Gathers the batches of one event loop into groups and has `store_group` store each."""
 
     def __init__(self, store_group: StoreGroup, *, window_s: float, max_rows: int,
-                 lag: StoreLag | None = None) -> None:
+                 lag: StoreLag) -> None:
         self._store_group = store_group
         self.window_s = window_s
         self.max_rows = max_rows
-        self.lag = lag or StoreLag()
+        self.lag = lag
         self._open: _Group | None = None
         self._committing: set[asyncio.Task[None]] = set()
 

@@ -45,6 +45,7 @@ from .rejections import every_error
 # full it starts again (a miss costs one match).
 _KNOWN_NAMES: set[str] = set()
 _new_row = tuple.__new__
+_TEAM = EventRow._fields.index("team")
 MAX_KNOWN_NAMES = 100_000
 # A principal's remembered verdicts (`WriteScope.verdicts`), cleared when full.
 MAX_VERDICTS = 1024
@@ -223,7 +224,7 @@ def validate_batch(
         team, error = _verdict(principal, (model, row.team, is_scheduler_event(obj),
                                            owner_of(model)))
         if team != row.team:  # the token's own team, for an event that named none
-            row = _new_row(EventRow, (*row[:8], team, *row[9:]))
+            row = _new_row(EventRow, (*row[:_TEAM], team, *row[_TEAM + 1:]))
         if error is not None:
             rejected.append({"index": index, "error": error})
             forbidden.append(error)
